@@ -1,0 +1,169 @@
+//! `pghotd`: the tiering daemon. Wiring only; the work lives in the library.
+//!
+//! Exit codes: 0 done, 1 runtime failure, 2 bad configuration or usage, 3 the kernel or
+//! machine lacks what pghotd needs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use pghotd::config::{Config, TunableArgs};
+use pghotd::daemon::{self, DaemonError, RunOptions};
+
+/// Promotes the pages processes touch most while they sit on a slow memory tier.
+#[derive(Debug, Parser)]
+#[command(name = "pghotd", version, about)]
+struct Cli {
+    /// Config file [default: /etc/pghotd/pghotd.toml, if present].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Validate the configuration (and the topology it names), print it, and exit.
+    #[arg(long)]
+    check_config: bool,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Write every counter as JSON to this file at exit.
+    #[arg(long, value_name = "PATH")]
+    stats_json: Option<PathBuf>,
+    /// Record every received sample to this file in the pghot-trace v1 format.
+    #[arg(long, value_name = "PATH")]
+    record: Option<PathBuf>,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    log: String,
+    #[command(flatten)]
+    tunables: TunableArgs,
+}
+
+const EXIT_RUNTIME: u8 = 1;
+const EXIT_CONFIG: u8 = 2;
+const EXIT_UNSUPPORTED: u8 = 3;
+
+fn exit_code(err: &DaemonError) -> u8 {
+    match err {
+        DaemonError::Config(_) | DaemonError::NoSources | DaemonError::Source(_) => EXIT_CONFIG,
+        DaemonError::Topology(_) => EXIT_UNSUPPORTED,
+        _ => EXIT_RUNTIME,
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("pghotd: --log {}: {e}", cli.log);
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_thread_names(true)
+        .init();
+
+    let config = match Config::load(cli.config.as_deref(), &cli.tunables) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("pghotd: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match &config.loaded_from {
+        Some(path) => tracing::info!("config loaded from {}", path.display()),
+        None => tracing::info!("no config file; built-in defaults and flags"),
+    }
+    if cli.check_config {
+        return check_config(&config);
+    }
+    let duration = match cli.duration {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+        Some(secs) => {
+            eprintln!("pghotd: --duration {secs}: must be a positive number of seconds");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        None => None,
+    };
+    let opts = RunOptions {
+        duration,
+        stats_json: cli.stats_json,
+        record: cli.record,
+    };
+    match daemon::run(&config, &opts) {
+        Ok(summary) => {
+            let c = &summary.stats;
+            tracing::info!(
+                "done ({:?}) in {:.2}s: {} samples, {} recorded, {} candidates, {} promoted",
+                summary.reason,
+                summary.elapsed.as_secs_f64(),
+                c.get("hwhint_total_events"),
+                c.get("pghot_recorded_accesses"),
+                c.get("pgpromote_candidate"),
+                c.get("pgpromote_success"),
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("pghotd: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn check_config(config: &Config) -> ExitCode {
+    let topology = match pghotd::topology::Topology::read(pghotd::topology::SysfsRoot::new(
+        &config.sysfs_root,
+    )) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("pghotd: reading the NUMA topology: {e}");
+            return ExitCode::from(EXIT_UNSUPPORTED);
+        }
+    };
+    if let Err(e) = config.check_against(&topology) {
+        eprintln!("pghotd: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    for spec in &config.sources {
+        if let Err(e) = spec.open() {
+            eprintln!("pghotd: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
+    println!("config ok");
+    match &config.loaded_from {
+        Some(p) => println!("  file: {}", p.display()),
+        None => println!("  file: none (defaults)"),
+    }
+    let sources: Vec<String> = config.sources.iter().map(|s| s.to_string()).collect();
+    println!(
+        "  sources: {}",
+        if sources.is_empty() {
+            "none".into()
+        } else {
+            sources.join(", ")
+        }
+    );
+    println!("  topology: {}", topology.summary());
+    println!(
+        "  target_nid: {}",
+        config
+            .target_nid
+            .map_or("nearest top-tier node".into(), |n| n.to_string())
+    );
+    println!(
+        "  freq_threshold {} promote_window_ms {} promote_rate_limit_MBps {} migrate_interval_ms {} \
+         migrate_batch {} max_tracked_pages {} dry_run {}",
+        config.policy.freq_threshold,
+        config.policy.promote_window_ms,
+        config.migrator.promote_rate_limit_mbps,
+        config.migrator.migrate_interval_ms,
+        config.migrator.migrate_batch,
+        config.max_tracked_pages,
+        config.migrator.dry_run
+    );
+    ExitCode::SUCCESS
+}

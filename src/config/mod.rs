@@ -1,0 +1,531 @@
+//! Configuration: TOML file, then CLI flags, validated into one [`Config`].
+//!
+//! Two levels, as in ripgrep's low/high args: [`RawConfig`] is what the file says (serde, unknown
+//! keys rejected, every field optional, each value with its span so errors can name the line);
+//! [`Config`] is validated, with defaults filled in. Every file key is also a CLI flag of the
+//! same name (underscores become dashes); a flag wins over the file. Keys mirror the pghot
+//! kernel's `vm.pghot_*` tunables.
+//!
+//! An explicit `--config` that does not exist is an error; the default path
+//! `/etc/pghotd/pghotd.toml` missing means built-in defaults. Either way the daemon logs what
+//! it loaded.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::hotness::HotPolicy;
+use crate::migrator::MigratorConfig;
+use crate::sampler::SourceSpec;
+use crate::topology::NodeId;
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading config {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("{origin}: {key} = {value} is out of range; allowed {min}..={max}")]
+    Range {
+        origin: Origin,
+        key: &'static str,
+        value: String,
+        min: i64,
+        max: i64,
+    },
+    #[error("{origin}: {key}: {detail}")]
+    Invalid {
+        origin: Origin,
+        key: &'static str,
+        detail: String,
+    },
+}
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    File { path: PathBuf, line: usize },
+    Flag(&'static str),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::File { path, line } => write!(f, "config {} line {line}", path.display()),
+            Origin::Flag(flag) => write!(f, "flag --{flag}"),
+        }
+    }
+}
+
+/// The file as written. Every field optional; unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub enabled_sources: Option<Spanned<Vec<String>>>,
+    pub target_nid: Option<Spanned<i64>>,
+    pub freq_threshold: Option<Spanned<i64>>,
+    pub promote_window_ms: Option<Spanned<i64>>,
+    #[serde(rename = "promote_rate_limit_MBps")]
+    pub promote_rate_limit_mbps: Option<Spanned<i64>>,
+    pub promote_min_free_pct: Option<Spanned<i64>>,
+    pub migrate_interval_ms: Option<Spanned<i64>>,
+    pub migrate_batch: Option<Spanned<i64>>,
+    pub max_tracked_pages: Option<Spanned<i64>>,
+    pub heat_halflife_ms: Option<Spanned<i64>>,
+    pub pids: Option<Spanned<Vec<i64>>>,
+    pub dry_run: Option<Spanned<bool>>,
+    pub sysfs_root: Option<Spanned<String>>,
+}
+
+/// The same keys as CLI flags (all optional; a given flag overrides the file).
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct TunableArgs {
+    /// Sample source; repeat for several (trace:PATH, where PATH may be a FIFO or - for stdin).
+    #[arg(long = "source", value_name = "SPEC")]
+    pub enabled_sources: Vec<String>,
+    /// Promote to this node instead of the top-tier node nearest the accessing CPU.
+    #[arg(long, value_name = "NODE")]
+    pub target_nid: Option<i64>,
+    /// Samples within the window that make a lower-tier page a candidate [default: 2].
+    #[arg(long, value_name = "N")]
+    pub freq_threshold: Option<i64>,
+    /// A page's count restarts when its previous sample is older than this [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub promote_window_ms: Option<i64>,
+    /// Promotion rate limit per destination node, MiB/s [default: 65536].
+    #[arg(long = "promote-rate-limit-MBps", value_name = "MBPS")]
+    pub promote_rate_limit_mbps: Option<i64>,
+    /// Keep this percentage of a destination node's memory free [default: 2].
+    #[arg(long, value_name = "PCT")]
+    pub promote_min_free_pct: Option<i64>,
+    /// Migrators wake at least this often [default: 100].
+    #[arg(long, value_name = "MS")]
+    pub migrate_interval_ms: Option<i64>,
+    /// Migrators also wake when this many candidates wait [default: 512].
+    #[arg(long, value_name = "N")]
+    pub migrate_batch: Option<i64>,
+    /// Most pages the hotness table tracks (32 bytes each) [default: 1048576].
+    #[arg(long, value_name = "N")]
+    pub max_tracked_pages: Option<i64>,
+    /// Heat used to rank pages halves every this many ms [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub heat_halflife_ms: Option<i64>,
+    /// Manage only this process; repeat for several [default: every process].
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<i64>,
+    /// Decide and count, but move nothing; trace pids need not exist.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came from).
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+/// Validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub sources: Vec<SourceSpec>,
+    pub target_nid: Option<NodeId>,
+    pub policy: HotPolicy,
+    pub migrator: MigratorConfig,
+    pub max_tracked_pages: usize,
+    pub pids: Vec<u32>,
+    pub sysfs_root: PathBuf,
+    /// The file that was loaded, if any.
+    pub loaded_from: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sources: Vec::new(),
+            target_nid: None,
+            policy: HotPolicy::default(),
+            migrator: MigratorConfig::default(),
+            max_tracked_pages: 1 << 20,
+            pids: Vec::new(),
+            sysfs_root: PathBuf::from("/sys"),
+            loaded_from: None,
+        }
+    }
+}
+
+/// Line (1-based) of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// Validates a number against its allowed range.
+fn ranged(
+    origin: &Origin,
+    key: &'static str,
+    value: i64,
+    min: i64,
+    max: i64,
+) -> Result<i64, ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::Range {
+            origin: origin.clone(),
+            key,
+            value: value.to_string(),
+            min,
+            max,
+        })
+    }
+}
+
+/// Allowed ranges, shared by the file and the flags.
+pub mod limits {
+    pub const FREQ_THRESHOLD: (i64, i64) = (1, u16::MAX as i64);
+    pub const PROMOTE_WINDOW_MS: (i64, i64) = (1, 3_600_000);
+    pub const PROMOTE_RATE_LIMIT_MBPS: (i64, i64) = (1, 1 << 30);
+    pub const PROMOTE_MIN_FREE_PCT: (i64, i64) = (0, 50);
+    pub const MIGRATE_INTERVAL_MS: (i64, i64) = (1, 60_000);
+    pub const MIGRATE_BATCH: (i64, i64) = (1, 65_536);
+    pub const MAX_TRACKED_PAGES: (i64, i64) = (1024, 1 << 32);
+    pub const HEAT_HALFLIFE_MS: (i64, i64) = (1, 3_600_000);
+    pub const NODE: (i64, i64) = (0, 1023);
+    pub const PID: (i64, i64) = (1, (1 << 22) - 1);
+}
+
+/// One setting with where it came from.
+struct Setting<T> {
+    value: T,
+    origin: Origin,
+}
+
+impl Config {
+    /// Loads `path` (an explicit `--config` must exist; the default path may be absent), then
+    /// applies the flags.
+    pub fn load(path: Option<&Path>, args: &TunableArgs) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                config.apply_file(&path, &text)?;
+                config.loaded_from = Some(path);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {}
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        }
+        config.apply_args(args)?;
+        Ok(config)
+    }
+
+    /// Applies a TOML document's settings.
+    pub fn apply_file(&mut self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let at = |span: std::ops::Range<usize>| Origin::File {
+            path: path.to_path_buf(),
+            line: line_of(text, span.start),
+        };
+        fn setting<T>(
+            v: Option<Spanned<T>>,
+            at: &impl Fn(std::ops::Range<usize>) -> Origin,
+        ) -> Option<Setting<T>> {
+            v.map(|s| {
+                let origin = at(s.span());
+                Setting {
+                    value: s.into_inner(),
+                    origin,
+                }
+            })
+        }
+        self.apply(Settings {
+            sources: setting(raw.enabled_sources, &at),
+            target_nid: setting(raw.target_nid, &at),
+            freq_threshold: setting(raw.freq_threshold, &at),
+            promote_window_ms: setting(raw.promote_window_ms, &at),
+            promote_rate_limit_mbps: setting(raw.promote_rate_limit_mbps, &at),
+            promote_min_free_pct: setting(raw.promote_min_free_pct, &at),
+            migrate_interval_ms: setting(raw.migrate_interval_ms, &at),
+            migrate_batch: setting(raw.migrate_batch, &at),
+            max_tracked_pages: setting(raw.max_tracked_pages, &at),
+            heat_halflife_ms: setting(raw.heat_halflife_ms, &at),
+            pids: setting(raw.pids, &at),
+            dry_run: setting(raw.dry_run, &at),
+            sysfs_root: setting(raw.sysfs_root, &at).map(|s| Setting {
+                value: PathBuf::from(s.value),
+                origin: s.origin,
+            }),
+        })
+    }
+
+    /// Applies the flags that were given.
+    pub fn apply_args(&mut self, args: &TunableArgs) -> Result<(), ConfigError> {
+        fn flag<T>(v: Option<T>, name: &'static str) -> Option<Setting<T>> {
+            v.map(|value| Setting {
+                value,
+                origin: Origin::Flag(name),
+            })
+        }
+        self.apply(Settings {
+            sources: flag(
+                Some(args.enabled_sources.clone()).filter(|v| !v.is_empty()),
+                "source",
+            ),
+            target_nid: flag(args.target_nid, "target-nid"),
+            freq_threshold: flag(args.freq_threshold, "freq-threshold"),
+            promote_window_ms: flag(args.promote_window_ms, "promote-window-ms"),
+            promote_rate_limit_mbps: flag(args.promote_rate_limit_mbps, "promote-rate-limit-MBps"),
+            promote_min_free_pct: flag(args.promote_min_free_pct, "promote-min-free-pct"),
+            migrate_interval_ms: flag(args.migrate_interval_ms, "migrate-interval-ms"),
+            migrate_batch: flag(args.migrate_batch, "migrate-batch"),
+            max_tracked_pages: flag(args.max_tracked_pages, "max-tracked-pages"),
+            heat_halflife_ms: flag(args.heat_halflife_ms, "heat-halflife-ms"),
+            pids: flag(Some(args.pids.clone()).filter(|v| !v.is_empty()), "pid"),
+            dry_run: flag(args.dry_run.then_some(true), "dry-run"),
+            sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
+        })
+    }
+
+    fn apply(&mut self, s: Settings) -> Result<(), ConfigError> {
+        use limits::*;
+        let num = |s: &Option<Setting<i64>>,
+                   key,
+                   (min, max): (i64, i64)|
+         -> Result<Option<i64>, ConfigError> {
+            s.as_ref()
+                .map(|s| ranged(&s.origin, key, s.value, min, max))
+                .transpose()
+        };
+        if let Some(v) = &s.sources {
+            let mut specs = Vec::new();
+            for spec in &v.value {
+                specs.push(SourceSpec::parse(spec).map_err(|e| ConfigError::Invalid {
+                    origin: v.origin.clone(),
+                    key: "enabled_sources",
+                    detail: e.to_string(),
+                })?);
+            }
+            self.sources = specs;
+        }
+        if let Some(n) = num(&s.target_nid, "target_nid", NODE)? {
+            self.target_nid = Some(n as NodeId);
+        }
+        if let Some(n) = num(&s.freq_threshold, "freq_threshold", FREQ_THRESHOLD)? {
+            self.policy.freq_threshold = n as u16;
+        }
+        if let Some(n) = num(&s.promote_window_ms, "promote_window_ms", PROMOTE_WINDOW_MS)? {
+            self.policy.promote_window_ms = n as u32;
+        }
+        if let Some(n) = num(&s.heat_halflife_ms, "heat_halflife_ms", HEAT_HALFLIFE_MS)? {
+            self.policy.heat_halflife_ms = n as u32;
+        }
+        if let Some(n) = num(
+            &s.promote_rate_limit_mbps,
+            "promote_rate_limit_MBps",
+            PROMOTE_RATE_LIMIT_MBPS,
+        )? {
+            self.migrator.promote_rate_limit_mbps = n as u64;
+        }
+        if let Some(n) = num(
+            &s.promote_min_free_pct,
+            "promote_min_free_pct",
+            PROMOTE_MIN_FREE_PCT,
+        )? {
+            self.migrator.promote_min_free_pct = n as u8;
+        }
+        if let Some(n) = num(
+            &s.migrate_interval_ms,
+            "migrate_interval_ms",
+            MIGRATE_INTERVAL_MS,
+        )? {
+            self.migrator.migrate_interval_ms = n as u32;
+        }
+        if let Some(n) = num(&s.migrate_batch, "migrate_batch", MIGRATE_BATCH)? {
+            self.migrator.migrate_batch = n as usize;
+        }
+        if let Some(n) = num(&s.max_tracked_pages, "max_tracked_pages", MAX_TRACKED_PAGES)? {
+            self.max_tracked_pages = n as usize;
+        }
+        if let Some(v) = &s.pids {
+            let mut pids = Vec::with_capacity(v.value.len());
+            for &pid in &v.value {
+                pids.push(ranged(&v.origin, "pids", pid, PID.0, PID.1)? as u32);
+            }
+            self.pids = pids;
+        }
+        if let Some(v) = &s.dry_run {
+            self.migrator.dry_run = v.value;
+        }
+        if let Some(v) = s.sysfs_root {
+            if !v.value.is_dir() {
+                return Err(ConfigError::Invalid {
+                    origin: v.origin,
+                    key: "sysfs_root",
+                    detail: format!("{} is not a directory", v.value.display()),
+                });
+            }
+            self.sysfs_root = v.value;
+        }
+        Ok(())
+    }
+
+    /// Checks what needs the topology: `target_nid` must be a top-tier memory node.
+    pub fn check_against(&self, topology: &crate::topology::Topology) -> Result<(), ConfigError> {
+        if let Some(nid) = self.target_nid {
+            let ok = topology
+                .node(nid)
+                .is_some_and(|n| n.top_tier && n.has_memory());
+            if !ok {
+                let top: Vec<String> = topology
+                    .nodes()
+                    .iter()
+                    .filter(|n| n.top_tier && n.has_memory())
+                    .map(|n| n.id.to_string())
+                    .collect();
+                return Err(ConfigError::Invalid {
+                    origin: Origin::Flag("target-nid"),
+                    key: "target_nid",
+                    detail: format!(
+                        "node {nid} is not a top-tier memory node here (top tier: {})",
+                        top.join(", ")
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settings from one origin, before validation.
+struct Settings {
+    sources: Option<Setting<Vec<String>>>,
+    target_nid: Option<Setting<i64>>,
+    freq_threshold: Option<Setting<i64>>,
+    promote_window_ms: Option<Setting<i64>>,
+    promote_rate_limit_mbps: Option<Setting<i64>>,
+    promote_min_free_pct: Option<Setting<i64>>,
+    migrate_interval_ms: Option<Setting<i64>>,
+    migrate_batch: Option<Setting<i64>>,
+    max_tracked_pages: Option<Setting<i64>>,
+    heat_halflife_ms: Option<Setting<i64>>,
+    pids: Option<Setting<Vec<i64>>>,
+    dry_run: Option<Setting<bool>>,
+    sysfs_root: Option<Setting<PathBuf>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_file(text: &str) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        c.apply_file(Path::new("/etc/pghotd/pghotd.toml"), text)?;
+        Ok(c)
+    }
+
+    #[test]
+    fn defaults_match_the_seed() {
+        let c = Config::default();
+        assert_eq!(c.policy.freq_threshold, 2);
+        assert_eq!(c.policy.promote_window_ms, 5000);
+        assert_eq!(c.migrator.promote_rate_limit_mbps, 65536);
+        assert_eq!(c.migrator.migrate_interval_ms, 100);
+        assert_eq!(c.migrator.migrate_batch, 512);
+    }
+
+    #[test]
+    fn file_keys_are_applied() {
+        let c = from_file(
+            "enabled_sources = [\"trace:/tmp/a\", \"trace:-\"]\ntarget_nid = 1\nfreq_threshold = 1\n\
+             promote_window_ms = 3000\npromote_rate_limit_MBps = 100\nmigrate_batch = 64\n\
+             pids = [10, 20]\ndry_run = true\n",
+        )
+        .unwrap();
+        assert_eq!(c.sources.len(), 2);
+        assert_eq!(c.target_nid, Some(1));
+        assert_eq!(c.policy.freq_threshold, 1);
+        assert_eq!(c.policy.promote_window_ms, 3000);
+        assert_eq!(c.migrator.promote_rate_limit_mbps, 100);
+        assert_eq!(c.migrator.migrate_batch, 64);
+        assert_eq!(c.pids, vec![10, 20]);
+        assert!(c.migrator.dry_run);
+    }
+
+    #[test]
+    fn out_of_range_values_name_key_line_and_range() {
+        let err = from_file("# comment\nfreq_threshold = 2\nmigrate_batch = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config /etc/pghotd/pghotd.toml line 3: migrate_batch = 0 is out of range; allowed 1..=65536"
+        );
+        let err = from_file("pids = [1, -5]").unwrap_err().to_string();
+        assert!(err.contains("line 1: pids = -5 is out of range"), "{err}");
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_types_are_errors_with_a_line() {
+        let err = from_file("freq_threshold = 2\nfreq_treshold = 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(err.contains("unknown field `freq_treshold`"), "{err}");
+        let err = from_file("migrate_batch = \"many\"")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 1"), "{err}");
+        let err = from_file("enabled_sources = [\"ibs\"]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("enabled_sources: unknown source 'ibs'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn flags_override_the_file_and_are_validated() {
+        let mut c = from_file("freq_threshold = 5\n").unwrap();
+        let args = TunableArgs {
+            freq_threshold: Some(3),
+            ..TunableArgs::default()
+        };
+        c.apply_args(&args).unwrap();
+        assert_eq!(c.policy.freq_threshold, 3);
+        let args = TunableArgs {
+            promote_window_ms: Some(0),
+            ..TunableArgs::default()
+        };
+        let err = c.apply_args(&args).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "flag --promote-window-ms: promote_window_ms = 0 is out of range; allowed 1..=3600000"
+        );
+    }
+
+    #[test]
+    fn an_explicit_missing_config_is_an_error_the_default_is_not() {
+        let err = Config::load(
+            Some(Path::new("/nonexistent/p.toml")),
+            &TunableArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("reading config /nonexistent/p.toml"),
+            "{err}"
+        );
+    }
+}

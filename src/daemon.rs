@@ -1,0 +1,360 @@
+//! Wiring: builds every stage before any thread starts, runs sources -> table -> migrators,
+//! and waits on one event channel for the end (sources done, signal, duration, failure).
+//!
+//! Threads: `pghot-src/N` per source, `pghot-mig/nodeN` per lower-tier node, `pghot-signals`.
+//! The main thread never touches samples; it only waits and shuts down.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::config::{Config, ConfigError};
+use crate::hotness::HotTable;
+use crate::hotness::ingest::{Candidate, Ingest, Scope};
+use crate::migrator::mover::SysMover;
+use crate::migrator::ratelimit::MonotonicClock;
+use crate::migrator::{Migrator, MigratorEvent, MigratorHandle};
+use crate::sampler::trace::TraceWriter;
+use crate::sampler::{Source, SourceError, StopToken};
+use crate::stats::{Counter, Stats, StatsSnapshot};
+use crate::topology::{SysfsRoot, Topology, TopologyError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("reading the NUMA topology: {0}")]
+    Topology(#[from] TopologyError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("no sample source given; use --source trace:PATH or enabled_sources in the config")]
+    NoSources,
+    #[error("creating recording {}: {source}", path.display())]
+    Record {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing stats to {}: {source}", path.display())]
+    StatsWrite {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("starting thread {name}: {source}")]
+    Spawn {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("installing signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("{failed} source(s) failed; see the log")]
+    SourcesFailed { failed: usize },
+}
+
+/// Options of one run that are not tunables.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Write all counters here at exit.
+    pub stats_json: Option<PathBuf>,
+    /// Write every received sample here as a pghot-trace v1 file.
+    pub record: Option<PathBuf>,
+}
+
+/// Why the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    SourcesEnded,
+    Signal,
+    Duration,
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub reason: StopReason,
+    pub stats: StatsSnapshot,
+    pub elapsed: Duration,
+}
+
+enum Event {
+    SourceEnded {
+        index: usize,
+        result: Result<(), SourceError>,
+    },
+    Signal(i32),
+}
+
+/// A running source thread.
+struct SourceThread {
+    describe: String,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Runs the daemon to completion.
+pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError> {
+    let started = Instant::now();
+    let topology = Arc::new(Topology::read(SysfsRoot::new(&config.sysfs_root))?);
+    config.check_against(&topology)?;
+    tracing::info!(
+        "topology from {}: {}",
+        config.sysfs_root.display(),
+        topology.summary()
+    );
+    if config.sources.is_empty() {
+        return Err(DaemonError::NoSources);
+    }
+    // Open every source before any thread starts, so a bad path fails the start cleanly.
+    let sources: Vec<Box<dyn Source>> = config
+        .sources
+        .iter()
+        .map(|spec| spec.open())
+        .collect::<Result<_, _>>()?;
+
+    let lower = topology.lower_tier_nodes();
+    if lower.is_empty() {
+        tracing::warn!("no lower-tier memory node: samples are counted but nothing is promoted");
+    }
+    let stats = Arc::new(Stats::new());
+    let table = Arc::new(HotTable::new(config.max_tracked_pages, config.policy));
+    let queue_len = (config.migrator.migrate_batch * 8).max(4096);
+    let mut queues: Vec<(u16, Sender<Candidate>)> = Vec::new();
+    let mut receivers = Vec::new();
+    for &node in &lower {
+        let (tx, rx) = crossbeam_channel::bounded(queue_len);
+        queues.push((node, tx));
+        receivers.push((node, rx));
+    }
+    let scope = Scope {
+        pids: config.pids.iter().copied().collect(),
+        self_pid: std::process::id(),
+    };
+    let mut ingest = Ingest::new(
+        Arc::clone(&table),
+        Arc::clone(&stats),
+        Arc::clone(&topology),
+        scope,
+        config.target_nid,
+        queues,
+    );
+    if let Some(path) = &opts.record {
+        let record_err = |source| DaemonError::Record {
+            path: path.clone(),
+            source,
+        };
+        let file = File::create(path).map_err(record_err)?;
+        ingest = ingest.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
+    }
+    let ingest = Arc::new(ingest);
+
+    // Signals first: a SIGTERM that lands during startup is not lost.
+    let (events_tx, events_rx) = crossbeam_channel::unbounded::<Event>();
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(DaemonError::Signals)?;
+    let signals_handle = signals.handle();
+    {
+        let tx = events_tx.clone();
+        spawn("pghot-signals".into(), move || {
+            for signal in signals.forever() {
+                if tx.send(Event::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        })?;
+    }
+
+    let mut migrators = Vec::new();
+    for (node, rx) in receivers {
+        let migrator = Migrator::new(
+            node,
+            config.migrator,
+            SysMover,
+            MonotonicClock::default(),
+            Arc::clone(&table),
+            Arc::clone(&topology),
+            Arc::clone(&stats),
+        );
+        migrators.push(MigratorHandle::spawn(migrator, rx).map_err(|source| {
+            DaemonError::Spawn {
+                name: format!("pghot-mig/node{node}"),
+                source,
+            }
+        })?);
+    }
+
+    let stop = StopToken::new();
+    let mut threads = Vec::new();
+    for (index, mut source) in sources.into_iter().enumerate() {
+        let describe = source.describe();
+        let mut recorder = ingest.recorder();
+        let tx = events_tx.clone();
+        let stop = stop.clone();
+        let thread = spawn(format!("pghot-src/{index}"), move || {
+            let result = source.run(&mut recorder, &stop);
+            recorder.flush();
+            let _ = tx.send(Event::SourceEnded { index, result });
+        })?;
+        tracing::info!("source {index}: {describe}");
+        threads.push(SourceThread { describe, thread });
+    }
+    drop(events_tx);
+    tracing::info!(
+        "running: {} source(s), {} migrator(s){}",
+        threads.len(),
+        migrators.len(),
+        if config.migrator.dry_run {
+            ", dry run"
+        } else {
+            ""
+        }
+    );
+
+    let deadline = opts.duration.map(|d| started + d);
+    let (reason, failed) = wait_for_end(&events_rx, &threads, deadline);
+
+    // Shut down: sources first (no new candidates), then the migrators.
+    stop.stop();
+    let drain = reason == StopReason::SourcesEnded;
+    for m in &migrators {
+        m.send(if drain {
+            MigratorEvent::Finish
+        } else {
+            MigratorEvent::Stop
+        });
+    }
+    let join_deadline = Instant::now() + Duration::from_secs(1);
+    for t in threads {
+        while !t.thread.is_finished() && Instant::now() < join_deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if !t.thread.is_finished() {
+            tracing::warn!("source {} did not stop within a second", t.describe);
+        }
+    }
+    wait_for_migrators(migrators, &events_rx, drain);
+    signals_handle.close();
+
+    if let Err(e) = ingest.flush_recording() {
+        tracing::error!("flushing the recording: {e}");
+    }
+    stats.add(Counter::PghotEvictedPages, table.evicted());
+    let summary = RunSummary {
+        reason,
+        stats: stats.snapshot(),
+        elapsed: started.elapsed(),
+    };
+    if let Some(path) = &opts.stats_json {
+        write_stats_json(path, &summary, config, table.len()).map_err(|source| {
+            DaemonError::StatsWrite {
+                path: path.clone(),
+                source,
+            }
+        })?;
+    }
+    if failed > 0 {
+        return Err(DaemonError::SourcesFailed { failed });
+    }
+    Ok(summary)
+}
+
+fn spawn(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, DaemonError> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(f)
+        .map_err(|source| DaemonError::Spawn { name, source })
+}
+
+/// Waits until every source has ended, a signal arrives or the deadline passes. Returns why,
+/// and how many sources failed.
+fn wait_for_end(
+    events: &Receiver<Event>,
+    threads: &[SourceThread],
+    deadline: Option<Instant>,
+) -> (StopReason, usize) {
+    let mut running = threads.len();
+    let mut failed = 0;
+    loop {
+        let event = match deadline {
+            Some(d) => match events.recv_deadline(d) {
+                Ok(e) => e,
+                Err(RecvTimeoutError::Timeout) => return (StopReason::Duration, failed),
+                Err(RecvTimeoutError::Disconnected) => return (StopReason::SourcesEnded, failed),
+            },
+            None => match events.recv() {
+                Ok(e) => e,
+                Err(_) => return (StopReason::SourcesEnded, failed),
+            },
+        };
+        match event {
+            Event::SourceEnded { index, result } => {
+                let name = &threads[index].describe;
+                match result {
+                    Ok(()) => tracing::info!("source {index} ({name}) ended"),
+                    Err(e) => {
+                        tracing::error!("source {index} ({name}) failed: {e}");
+                        failed += 1;
+                    }
+                }
+                running -= 1;
+                if running == 0 {
+                    return (StopReason::SourcesEnded, failed);
+                }
+            }
+            Event::Signal(signal) => {
+                tracing::info!("signal {signal}: stopping");
+                return (StopReason::Signal, failed);
+            }
+        }
+    }
+}
+
+/// Waits for the migrators; a signal during a drain turns it into a stop.
+fn wait_for_migrators(migrators: Vec<MigratorHandle>, events: &Receiver<Event>, draining: bool) {
+    let mut stopping = !draining;
+    let mut deadline = Instant::now() + Duration::from_secs(1);
+    while migrators.iter().any(|m| !m.is_finished()) {
+        if draining && !stopping {
+            if let Ok(Event::Signal(signal)) = events.recv_timeout(Duration::from_millis(10)) {
+                tracing::info!("signal {signal} during drain: abandoning queued candidates");
+                for m in &migrators {
+                    m.send(MigratorEvent::Stop);
+                }
+                stopping = true;
+                deadline = Instant::now() + Duration::from_secs(1);
+            }
+        } else if Instant::now() >= deadline {
+            break;
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for m in migrators {
+        m.join(Duration::from_millis(10));
+    }
+}
+
+fn write_stats_json(
+    path: &Path,
+    summary: &RunSummary,
+    config: &Config,
+    tracked_pages: usize,
+) -> std::io::Result<()> {
+    let doc = serde_json::json!({
+        "counters": summary.stats.counters,
+        "stop_reason": summary.reason,
+        "elapsed_s": summary.elapsed.as_secs_f64(),
+        "dry_run": config.migrator.dry_run,
+        "tracked_pages": tracked_pages,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")
+}

@@ -1,0 +1,509 @@
+//! The per-sample path: filter, classify, record, and hand candidates to the migrators.
+//!
+//! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
+//! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
+//! [`FLUSH_EVERY`] samples and when it is dropped. No allocation and no shared lock per sample
+//! except the one hotness shard the page hashes to.
+
+use std::collections::HashSet;
+use std::io::BufWriter;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crossbeam_channel::{Sender, TrySendError};
+use parking_lot::Mutex;
+
+use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+use crate::sampler::trace::TraceWriter;
+use crate::sampler::{DataSource, Sample, SampleSink, SourceKind};
+use crate::stats::{Counter, LocalCounts, Stats};
+use crate::topology::{NodeId, Topology};
+
+/// Samples a recorder handles between folds into the shared registry.
+pub const FLUSH_EVERY: u32 = 1024;
+
+/// Addresses with the top bit set are kernel addresses on x86_64 and arm64.
+const KERNEL_ADDRESS_BIT: u64 = 1 << 63;
+
+/// A page that crossed the threshold, on its way to the migrator of its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub key: PageKey,
+    pub from_node: NodeId,
+    pub to_node: NodeId,
+    /// Bytes the move is charged at: the base page (the folio size is not known here).
+    pub bytes: u64,
+    pub source: SourceKind,
+}
+
+/// Which processes pghotd may act on.
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    /// Managed pids; empty means every process.
+    pub pids: HashSet<u32>,
+    /// pghotd's own pid, never managed.
+    pub self_pid: u32,
+}
+
+impl Scope {
+    #[inline]
+    fn contains(&self, pid: u32) -> bool {
+        pid != self.self_pid && (self.pids.is_empty() || self.pids.contains(&pid))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeClass {
+    Absent,
+    Top,
+    Lower,
+}
+
+/// Shared state of the per-sample path.
+pub struct Ingest {
+    table: Arc<HotTable>,
+    stats: Arc<Stats>,
+    topology: Arc<Topology>,
+    scope: Scope,
+    /// `target_nid`, or -1 for "nearest top-tier node to the accessing CPU".
+    target_nid: AtomicI32,
+    /// Tier of each node id, for an O(1) check per sample.
+    node_class: Vec<NodeClass>,
+    /// Nearest top-tier node of each CPU's node.
+    cpu_target: Vec<Option<NodeId>>,
+    /// Nearest top-tier node of each lower-tier node, when the CPU is unknown.
+    node_target: Vec<Option<NodeId>>,
+    /// Candidate queue of each lower-tier node's migrator, by node id.
+    queues: Vec<Option<Sender<Candidate>>>,
+    record_to: Option<Mutex<TraceWriter<BufWriter<std::fs::File>>>>,
+}
+
+impl Ingest {
+    pub fn new(
+        table: Arc<HotTable>,
+        stats: Arc<Stats>,
+        topology: Arc<Topology>,
+        scope: Scope,
+        target_nid: Option<NodeId>,
+        queues: Vec<(NodeId, Sender<Candidate>)>,
+    ) -> Ingest {
+        let max_node = topology.nodes().iter().map(|n| n.id).max().unwrap_or(0);
+        let mut node_class = vec![NodeClass::Absent; usize::from(max_node) + 1];
+        let mut node_target = vec![None; node_class.len()];
+        for node in topology.nodes() {
+            node_class[usize::from(node.id)] = if topology.is_lower_tier(node.id) {
+                NodeClass::Lower
+            } else {
+                NodeClass::Top
+            };
+            node_target[usize::from(node.id)] = topology
+                .nodes()
+                .iter()
+                .filter(|n| n.top_tier && n.has_memory())
+                .filter_map(|n| Some((topology.distance(node.id, n.id)?, n.id)))
+                .min()
+                .map(|(_, id)| id);
+        }
+        let cpu_target = (0..topology.cpu_slots() as u32)
+            .map(|cpu| topology.promotion_target(cpu, None))
+            .collect();
+        let mut by_node = vec![None; node_class.len()];
+        for (node, tx) in queues {
+            if let Some(slot) = by_node.get_mut(usize::from(node)) {
+                *slot = Some(tx);
+            }
+        }
+        Ingest {
+            table,
+            stats,
+            topology,
+            scope,
+            target_nid: AtomicI32::new(target_nid.map_or(-1, i32::from)),
+            node_class,
+            cpu_target,
+            node_target,
+            queues: by_node,
+            record_to: None,
+        }
+    }
+
+    /// Also writes every received sample to `writer` (pghot-trace v1), before filtering.
+    pub fn record_to(mut self, writer: TraceWriter<BufWriter<std::fs::File>>) -> Ingest {
+        self.record_to = Some(Mutex::new(writer));
+        self
+    }
+
+    pub fn set_target_nid(&self, target: Option<NodeId>) {
+        self.target_nid
+            .store(target.map_or(-1, i32::from), Ordering::Relaxed);
+    }
+
+    pub fn table(&self) -> &Arc<HotTable> {
+        &self.table
+    }
+
+    pub fn topology(&self) -> &Arc<Topology> {
+        &self.topology
+    }
+
+    /// A sink for one source thread.
+    pub fn recorder(self: &Arc<Self>) -> Recorder {
+        Recorder {
+            ingest: Arc::clone(self),
+            local: LocalCounts::default(),
+            pending: 0,
+        }
+    }
+
+    /// Flushes the `--record` trace, if any.
+    pub fn flush_recording(&self) -> std::io::Result<()> {
+        match &self.record_to {
+            Some(w) => w.lock().flush(),
+            None => Ok(()),
+        }
+    }
+
+    #[inline]
+    fn class(&self, node: NodeId) -> NodeClass {
+        self.node_class
+            .get(usize::from(node))
+            .copied()
+            .unwrap_or(NodeClass::Absent)
+    }
+
+    fn target_for(&self, cpu: u32, from: NodeId) -> Option<NodeId> {
+        let fixed = self.target_nid.load(Ordering::Relaxed);
+        if let Ok(target) = NodeId::try_from(fixed) {
+            return Some(target);
+        }
+        self.cpu_target
+            .get(cpu as usize)
+            .copied()
+            .flatten()
+            .or_else(|| self.node_target.get(usize::from(from)).copied().flatten())
+    }
+}
+
+/// One source thread's sink.
+pub struct Recorder {
+    ingest: Arc<Ingest>,
+    local: LocalCounts,
+    pending: u32,
+}
+
+impl Recorder {
+    #[inline]
+    fn drop_sample(&mut self, reason: Counter) {
+        self.local.bump(reason);
+        self.local.bump(Counter::HwhintDroppedEvents);
+    }
+
+    pub fn flush(&mut self) {
+        self.ingest.stats.absorb(&mut self.local);
+        self.pending = 0;
+    }
+
+    fn offer(&mut self, candidate: Candidate) {
+        let queue = self
+            .ingest
+            .queues
+            .get(usize::from(candidate.from_node))
+            .and_then(Option::as_ref);
+        let sent = match queue {
+            Some(tx) => match tx.try_send(candidate) {
+                Ok(()) => true,
+                // Full: the page stays eligible and is offered again on its next access.
+                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
+            },
+            None => false,
+        };
+        if !sent {
+            self.local.bump(Counter::PgpromoteQueueFull);
+            self.ingest.table.unqueue(candidate.key);
+        }
+    }
+}
+
+impl SampleSink for Recorder {
+    #[inline]
+    fn record(&mut self, s: &Sample) {
+        self.local.bump(Counter::HwhintTotalEvents);
+        self.local.bump_source(s.source);
+        self.pending += 1;
+        if self.pending >= FLUSH_EVERY {
+            self.flush();
+        }
+        if let Some(writer) = &self.ingest.record_to
+            && let Err(e) = writer.lock().write_sample(s)
+        {
+            tracing::error!("writing the sample recording failed, recording stops: {e}");
+        }
+
+        if s.pid == 0 {
+            return self.drop_sample(Counter::DropPidZero);
+        }
+        if s.vaddr == 0 {
+            return self.drop_sample(Counter::DropNoAddress);
+        }
+        if s.vaddr & KERNEL_ADDRESS_BIT != 0 {
+            return self.drop_sample(Counter::DropKernelAddress);
+        }
+        let Some(key) = PageKey::new(s.pid, s.vaddr) else {
+            return self.drop_sample(Counter::DropAddressRange);
+        };
+        let ingest = &*self.ingest;
+        if !ingest.scope.contains(s.pid) {
+            return self.drop_sample(Counter::DropOutOfScope);
+        }
+        let node = match s.paddr.and_then(|p| ingest.topology.physmap().node_of(p)) {
+            Some(node) => node,
+            None => match s.node {
+                Some(node) => node,
+                None => return self.drop_sample(Counter::DropUnknownNode),
+            },
+        };
+        let class = ingest.class(node);
+        if class == NodeClass::Absent {
+            return self.drop_sample(Counter::DropBadNode);
+        }
+        self.local.bump(Counter::HwhintUsefulEvents);
+        self.local.bump(match s.served_from {
+            src if src.is_cache() => Counter::HwhintCacheAccesses,
+            DataSource::LocalDram | DataSource::RemoteDram => Counter::HwhintDramAccesses,
+            DataSource::ExtMem => Counter::HwhintExtmemAccesses,
+            _ if class == NodeClass::Lower => Counter::HwhintExtmemAccesses,
+            _ => Counter::HwhintDramAccesses,
+        });
+        // A cache hit says nothing about the cost of the page's placement.
+        if s.served_from.is_cache() {
+            return;
+        }
+        let access = Access {
+            key,
+            time_ns: s.time_ns,
+            node,
+            op: s.op,
+        };
+        if class == NodeClass::Top {
+            ingest.table.touch(&access);
+            return;
+        }
+        self.local.bump(Counter::PghotRecordedAccesses);
+        if ingest.table.record(&access) == Recorded::Candidate {
+            self.local.bump(Counter::PgpromoteCandidate);
+            match ingest.target_for(s.cpu, node) {
+                Some(to_node) if to_node != node => self.offer(Candidate {
+                    key,
+                    from_node: node,
+                    to_node,
+                    bytes: PAGE_SIZE,
+                    source: s.source,
+                }),
+                _ => {
+                    self.local.bump(Counter::PgpromoteNoTarget);
+                    ingest.table.unqueue(key);
+                }
+            }
+        }
+    }
+
+    fn count(&mut self, counter: Counter, n: u64) {
+        if counter == Counter::SourceLostRecords {
+            // Lost records are events we never saw: count them in and out so that
+            // total = useful + dropped holds.
+            self.ingest.stats.add(Counter::HwhintTotalEvents, n);
+            self.ingest.stats.add(Counter::HwhintDroppedEvents, n);
+        }
+        self.ingest.stats.add(counter, n);
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hotness::HotPolicy;
+    use crate::sampler::AccessOp;
+    use crate::topology::SysfsRoot;
+    use crossbeam_channel::Receiver;
+
+    fn topology() -> Arc<Topology> {
+        let root = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/sysfs/qemu-3node"
+        );
+        Arc::new(Topology::read(SysfsRoot::new(root)).unwrap())
+    }
+
+    fn setup(
+        scope_pids: &[u32],
+        target: Option<NodeId>,
+        queue: usize,
+    ) -> (Arc<Ingest>, Arc<Stats>, Receiver<Candidate>) {
+        let stats = Arc::new(Stats::new());
+        let policy = HotPolicy {
+            freq_threshold: 2,
+            ..HotPolicy::default()
+        };
+        let (tx, rx) = crossbeam_channel::bounded(queue);
+        let ingest = Ingest::new(
+            Arc::new(HotTable::new(4096, policy)),
+            Arc::clone(&stats),
+            topology(),
+            Scope {
+                pids: scope_pids.iter().copied().collect(),
+                self_pid: 1,
+            },
+            target,
+            vec![(2, tx)],
+        );
+        (Arc::new(ingest), stats, rx)
+    }
+
+    fn sample(pid: u32, vaddr: u64, node: Option<NodeId>, src: DataSource) -> Sample {
+        Sample {
+            time_ns: 1_000_000,
+            cpu: 1,
+            pid,
+            tid: pid,
+            vaddr,
+            paddr: None,
+            op: AccessOp::Load,
+            served_from: src,
+            node,
+            latency: None,
+            source: SourceKind::Trace,
+        }
+    }
+
+    #[test]
+    fn filters_count_each_drop_reason() {
+        let (ingest, stats, _rx) = setup(&[100], None, 16);
+        let mut r = ingest.recorder();
+        let ext = DataSource::ExtMem;
+        r.record(&sample(0, 0x1000, Some(2), ext));
+        r.record(&sample(100, 0, Some(2), ext));
+        r.record(&sample(100, 0xffff_8000_0000_1000, Some(2), ext));
+        r.record(&sample(100, 1 << 53, Some(2), ext));
+        r.record(&sample(200, 0x1000, Some(2), ext)); // not managed
+        r.record(&sample(1, 0x1000, Some(2), ext)); // pghotd itself
+        r.record(&sample(100, 0x1000, None, ext));
+        r.record(&sample(100, 0x1000, Some(7), ext));
+        r.record(&sample(100, 0x1000, Some(2), ext)); // useful
+        drop(r);
+        let s = stats.snapshot();
+        assert_eq!(s.get("pghot_drop_pid_zero"), 1);
+        assert_eq!(s.get("pghot_drop_no_address"), 1);
+        assert_eq!(s.get("pghot_drop_kernel_address"), 1);
+        assert_eq!(s.get("pghot_drop_address_range"), 1);
+        assert_eq!(s.get("pghot_drop_out_of_scope"), 2);
+        assert_eq!(s.get("pghot_drop_unknown_node"), 1);
+        assert_eq!(s.get("pghot_drop_bad_node"), 1);
+        assert_eq!(s.get("hwhint_total_events"), 9);
+        assert_eq!(s.get("hwhint_dropped_events"), 8);
+        assert_eq!(s.get("hwhint_useful_events"), 1);
+        assert_eq!(s.get("source_trace_samples"), 9);
+    }
+
+    #[test]
+    fn classification_and_tiers() {
+        let (ingest, stats, rx) = setup(&[], None, 16);
+        let mut r = ingest.recorder();
+        r.record(&sample(100, 0x1000, Some(0), DataSource::LocalDram));
+        r.record(&sample(100, 0x2000, Some(2), DataSource::ExtMem));
+        r.record(&sample(100, 0x3000, Some(2), DataSource::L2)); // cache hit: not recorded
+        r.record(&sample(100, 0x4000, Some(2), DataSource::Unknown)); // tier decides
+        r.record(&sample(100, 0x5000, Some(1), DataSource::Unknown));
+        drop(r);
+        let s = stats.snapshot();
+        assert_eq!(s.get("hwhint_dram_accesses"), 2);
+        assert_eq!(s.get("hwhint_extmem_accesses"), 2);
+        assert_eq!(s.get("hwhint_cache_accesses"), 1);
+        assert_eq!(s.get("pghot_recorded_accesses"), 2);
+        assert_eq!(ingest.table().len(), 2, "top-tier pages are not tracked");
+        assert!(rx.is_empty());
+    }
+
+    #[test]
+    fn physical_address_decides_the_node_over_the_sample_node() {
+        let (ingest, stats, _rx) = setup(&[], None, 16);
+        let node2_start = ingest
+            .topology()
+            .physmap()
+            .ranges()
+            .iter()
+            .find(|r| r.2 == 2)
+            .unwrap()
+            .0;
+        let mut r = ingest.recorder();
+        let mut s = sample(100, 0x1000, Some(0), DataSource::Unknown);
+        s.paddr = Some(node2_start + 0x5000);
+        r.record(&s);
+        drop(r);
+        assert_eq!(stats.snapshot().get("pghot_recorded_accesses"), 1);
+    }
+
+    #[test]
+    fn candidates_go_to_the_nearest_top_node_of_the_cpu_or_the_target() {
+        let (ingest, stats, rx) = setup(&[], None, 16);
+        let mut r = ingest.recorder();
+        let mut s = sample(100, 0x1000, Some(2), DataSource::ExtMem);
+        s.cpu = 1;
+        r.record(&s);
+        r.record(&s);
+        let c = rx.try_recv().unwrap();
+        assert_eq!((c.from_node, c.to_node, c.key.vaddr()), (2, 1, 0x1000));
+        ingest.set_target_nid(Some(0));
+        s.vaddr = 0x2000;
+        r.record(&s);
+        r.record(&s);
+        assert_eq!(rx.try_recv().unwrap().to_node, 0);
+        drop(r);
+        assert_eq!(stats.snapshot().get("pgpromote_candidate"), 2);
+    }
+
+    #[test]
+    fn a_full_queue_is_counted_and_the_page_stays_eligible() {
+        let (ingest, stats, rx) = setup(&[], None, 1);
+        let mut r = ingest.recorder();
+        for page in 1..=3u64 {
+            let s = sample(100, page << 12, Some(2), DataSource::ExtMem);
+            r.record(&s);
+            r.record(&s);
+        }
+        r.flush();
+        assert_eq!(stats.get(Counter::PgpromoteCandidate), 3);
+        assert_eq!(stats.get(Counter::PgpromoteQueueFull), 2);
+        rx.try_recv().unwrap();
+        // Page 2 is offered again on its next access.
+        r.record(&sample(100, 2 << 12, Some(2), DataSource::ExtMem));
+        assert_eq!(rx.try_recv().unwrap().key.vaddr(), 2 << 12);
+    }
+
+    #[test]
+    fn recording_writes_every_received_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.trace");
+        let (ingest, _stats, _rx) = setup(&[], None, 16);
+        let ingest = Arc::into_inner(ingest).unwrap();
+        let file = std::fs::File::create(&path).unwrap();
+        let ingest = Arc::new(ingest.record_to(TraceWriter::new(BufWriter::new(file)).unwrap()));
+        let mut r = ingest.recorder();
+        let kept = sample(100, 0x1000, Some(2), DataSource::ExtMem);
+        let dropped = sample(0, 0x1000, Some(2), DataSource::ExtMem);
+        r.record(&kept);
+        r.record(&dropped);
+        ingest.flush_recording().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let parsed: Vec<Sample> = text
+            .lines()
+            .filter_map(|l| crate::sampler::trace::parse_line(l).unwrap())
+            .collect();
+        assert_eq!(parsed, vec![kept, dropped]);
+    }
+}

@@ -1,0 +1,432 @@
+//! The hotness table: turns samples into promotion candidates.
+//!
+//! Keyed by (pid, 4 KiB page), sharded by key hash, each shard behind its own small lock so that
+//! sampler threads never share one lock. Semantics follow pghot:
+//!
+//! - a sample of a lower-tier page resets the page's count to 1 when its previous sample is older
+//!   than `promote_window_ms`, else increments it;
+//! - when the count reaches `freq_threshold` the page becomes a candidate, once, until it is
+//!   promoted or its window expires;
+//! - a sample of a top-tier page is not recorded (it only refreshes the heat of a page already
+//!   tracked, such as one we promoted).
+//!
+//! The table's clock is the samples' own time, so a replay is deterministic and as fast as the
+//! machine allows. A decayed heat (halved per `heat_halflife_ms` epoch, lazily) ranks pages.
+//! Memory is bounded by `max_tracked_pages` at 32 bytes per page; when a shard is full its
+//! coldest pages are evicted first.
+//!
+//! Runs on every sampler thread; never blocks on anything but a shard lock held for one lookup.
+
+pub mod entry;
+pub mod ingest;
+mod shard;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::Mutex;
+
+pub use entry::{Entry, PAGE_SIZE, PageKey};
+use entry::{FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
+use shard::{Shard, Slot, mix};
+
+use crate::sampler::AccessOp;
+use crate::topology::NodeId;
+
+/// The table's policy knobs; all can change at runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotPolicy {
+    pub freq_threshold: u16,
+    pub promote_window_ms: u32,
+    pub heat_halflife_ms: u32,
+}
+
+impl Default for HotPolicy {
+    fn default() -> Self {
+        HotPolicy {
+            freq_threshold: 2,
+            promote_window_ms: 5000,
+            heat_halflife_ms: 1000,
+        }
+    }
+}
+
+/// What recording a lower-tier access did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// Counted; not (or already) a candidate.
+    Tracked,
+    /// This access made the page a promotion candidate.
+    Candidate,
+}
+
+/// One sampled access as the table sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Access {
+    pub key: PageKey,
+    pub time_ns: u64,
+    pub node: NodeId,
+    pub op: AccessOp,
+}
+
+pub struct HotTable {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    shard_mask: u64,
+    max_tracked_pages: usize,
+    freq_threshold: AtomicU32,
+    promote_window_ms: AtomicU32,
+    heat_halflife_ms: AtomicU32,
+}
+
+#[inline]
+fn to_ms(time_ns: u64) -> u32 {
+    // Truncation is intended: all comparisons are wrapping (see `entry::elapsed_ms`).
+    (time_ns / 1_000_000) as u32
+}
+
+impl HotTable {
+    pub fn new(max_tracked_pages: usize, policy: HotPolicy) -> HotTable {
+        // Enough shards that two sampler threads rarely meet, few enough that each still holds
+        // a useful number of pages (eviction works per shard).
+        let shard_count = (max_tracked_pages / 1024).clamp(1, 256).next_power_of_two();
+        let per_shard = max_tracked_pages.div_ceil(shard_count);
+        let shards = (0..shard_count)
+            .map(|_| CachePadded::new(Mutex::new(Shard::new(per_shard))))
+            .collect();
+        let table = HotTable {
+            shards,
+            shard_mask: shard_count as u64 - 1,
+            max_tracked_pages,
+            freq_threshold: AtomicU32::new(0),
+            promote_window_ms: AtomicU32::new(0),
+            heat_halflife_ms: AtomicU32::new(0),
+        };
+        table.set_policy(policy);
+        table
+    }
+
+    pub fn set_policy(&self, policy: HotPolicy) {
+        self.freq_threshold
+            .store(u32::from(policy.freq_threshold.max(1)), Ordering::Relaxed);
+        self.promote_window_ms
+            .store(policy.promote_window_ms, Ordering::Relaxed);
+        self.heat_halflife_ms
+            .store(policy.heat_halflife_ms.max(1), Ordering::Relaxed);
+    }
+
+    pub fn policy(&self) -> HotPolicy {
+        HotPolicy {
+            freq_threshold: self.freq_threshold.load(Ordering::Relaxed) as u16,
+            promote_window_ms: self.promote_window_ms.load(Ordering::Relaxed),
+            heat_halflife_ms: self.heat_halflife_ms.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn max_tracked_pages(&self) -> usize {
+        self.max_tracked_pages
+    }
+
+    /// Bytes the table holds for its entries (fixed at creation).
+    pub fn memory_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().slot_count() * std::mem::size_of::<Entry>())
+            .sum()
+    }
+
+    #[inline]
+    fn shard_of(&self, key: PageKey) -> (&Mutex<Shard>, u64) {
+        let hash = mix(key.raw());
+        (&self.shards[(hash & self.shard_mask) as usize], hash)
+    }
+
+    /// Records an access to a lower-tier page.
+    #[inline]
+    pub fn record(&self, access: &Access) -> Recorded {
+        let threshold = self.freq_threshold.load(Ordering::Relaxed);
+        let window = self.promote_window_ms.load(Ordering::Relaxed);
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = to_ms(access.time_ns);
+        let (lock, hash) = self.shard_of(access.key);
+        let mut shard = lock.lock();
+        if elapsed_ms(now, shard.now_ms) > 0 {
+            shard.now_ms = now;
+        }
+        let i = match shard.find(access.key, hash) {
+            Slot::Found(i) => i,
+            Slot::Vacant(mut i) => {
+                if shard.is_full() {
+                    shard.evict_coldest(halflife);
+                    i = match shard.find(access.key, hash) {
+                        Slot::Vacant(i) => i,
+                        // Eviction only removes entries, so the key is still absent.
+                        Slot::Found(i) => i,
+                    };
+                }
+                shard.insert_at(i, Entry::new(access.key, now, access.node))
+            }
+        };
+        let e = shard.get_mut(i);
+        let elapsed = elapsed_ms(now, e.last_ms);
+        e.heat = decayed(e.heat, e.last_ms, now, halflife).saturating_add(HEAT_ONE);
+        // count 0: new, or promoted since; either way a fresh window starts here.
+        if e.count == 0 || elapsed > window {
+            e.count = 1;
+            e.flags &= !FLAG_QUEUED;
+        } else {
+            e.count = e.count.saturating_add(1);
+        }
+        if elapsed > 0 {
+            e.last_ms = now;
+        }
+        e.node = access.node;
+        match access.op {
+            AccessOp::Load => e.loads = e.loads.saturating_add(1),
+            AccessOp::Store => e.stores = e.stores.saturating_add(1),
+        }
+        if u32::from(e.count) >= threshold && e.flags & FLAG_QUEUED == 0 {
+            e.flags |= FLAG_QUEUED;
+            Recorded::Candidate
+        } else {
+            Recorded::Tracked
+        }
+    }
+
+    /// Refreshes the heat and node of a tracked page seen on the top tier; untracked pages are
+    /// not added (top-tier pages are never candidates).
+    #[inline]
+    pub fn touch(&self, access: &Access) {
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = to_ms(access.time_ns);
+        let (lock, hash) = self.shard_of(access.key);
+        let mut shard = lock.lock();
+        if elapsed_ms(now, shard.now_ms) > 0 {
+            shard.now_ms = now;
+        }
+        if let Slot::Found(i) = shard.find(access.key, hash) {
+            let e = shard.get_mut(i);
+            e.heat = decayed(e.heat, e.last_ms, now, halflife).saturating_add(HEAT_ONE);
+            if elapsed_ms(now, e.last_ms) > 0 {
+                e.last_ms = now;
+            }
+            e.node = access.node;
+        }
+    }
+
+    /// The page now lives on `node`: it stops being a candidate.
+    pub fn mark_promoted(&self, key: PageKey, node: NodeId) {
+        let (lock, hash) = self.shard_of(key);
+        let mut shard = lock.lock();
+        if let Slot::Found(i) = shard.find(key, hash) {
+            let e = shard.get_mut(i);
+            e.node = node;
+            e.flags &= !FLAG_QUEUED;
+            e.count = 0;
+        }
+    }
+
+    /// The candidate could not be queued: let the next access make it a candidate again.
+    pub fn unqueue(&self, key: PageKey) {
+        let (lock, hash) = self.shard_of(key);
+        let mut shard = lock.lock();
+        if let Slot::Found(i) = shard.find(key, hash) {
+            shard.get_mut(i).flags &= !FLAG_QUEUED;
+        }
+    }
+
+    pub fn get(&self, key: PageKey) -> Option<Entry> {
+        let (lock, hash) = self.shard_of(key);
+        lock.lock().get(key, hash).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn evicted(&self) -> u64 {
+        self.shards.iter().map(|s| s.lock().evicted).sum()
+    }
+
+    /// The `n` hottest tracked pages with their decayed heat, hottest first.
+    pub fn hottest(&self, n: usize) -> Vec<(Entry, f64)> {
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = self
+            .shards
+            .iter()
+            .map(|s| s.lock().now_ms)
+            .fold(0u32, |a, b| if elapsed_ms(b, a) > 0 { b } else { a });
+        let mut all: Vec<(Entry, f64)> = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            all.extend(shard.iter().map(|e| (*e, e.heat_at(now, halflife))));
+            // Keep the working set small on big tables.
+            if all.len() > n.saturating_mul(4).max(1024) {
+                all.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.key().cmp(&b.0.key())));
+                all.truncate(n);
+            }
+        }
+        all.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.key().cmp(&b.0.key())));
+        all.truncate(n);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn access(pid: u32, page: u64, time_ms: u64) -> Access {
+        Access {
+            key: PageKey::new(pid, page << 12).unwrap(),
+            time_ns: time_ms * MS,
+            node: 2,
+            op: AccessOp::Load,
+        }
+    }
+
+    fn policy(threshold: u16, window: u32) -> HotPolicy {
+        HotPolicy {
+            freq_threshold: threshold,
+            promote_window_ms: window,
+            heat_halflife_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn threshold_makes_a_candidate_once() {
+        let t = HotTable::new(1024, policy(3, 5000));
+        assert_eq!(t.record(&access(1, 1, 0)), Recorded::Tracked);
+        assert_eq!(t.record(&access(1, 1, 10)), Recorded::Tracked);
+        assert_eq!(t.record(&access(1, 1, 20)), Recorded::Candidate);
+        assert_eq!(t.record(&access(1, 1, 30)), Recorded::Tracked, "only once");
+        assert_eq!(t.get(access(1, 1, 0).key).unwrap().count(), 4);
+        // Another pid's same address is another page.
+        assert_eq!(t.record(&access(2, 1, 30)), Recorded::Tracked);
+    }
+
+    #[test]
+    fn threshold_one_promotes_on_first_access() {
+        let t = HotTable::new(1024, policy(1, 5000));
+        assert_eq!(t.record(&access(1, 1, 7)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn window_expiry_resets_the_count_and_requeues() {
+        let t = HotTable::new(1024, policy(2, 100));
+        assert_eq!(t.record(&access(1, 1, 0)), Recorded::Tracked);
+        // 101 ms later: outside the window, count restarts at 1.
+        assert_eq!(t.record(&access(1, 1, 101)), Recorded::Tracked);
+        assert_eq!(t.get(access(1, 1, 0).key).unwrap().count(), 1);
+        assert_eq!(t.record(&access(1, 1, 150)), Recorded::Candidate);
+        // Still queued inside the window ...
+        assert_eq!(t.record(&access(1, 1, 200)), Recorded::Tracked);
+        // ... and after the window expires, it can become a candidate again.
+        assert_eq!(t.record(&access(1, 1, 400)), Recorded::Tracked);
+        assert_eq!(t.record(&access(1, 1, 410)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn the_window_is_measured_from_the_previous_sample() {
+        // pghot semantics: each access within the window of the previous one keeps counting.
+        let t = HotTable::new(1024, policy(4, 100));
+        for (i, ms) in [0, 90, 180, 270].into_iter().enumerate() {
+            let r = t.record(&access(1, 1, ms));
+            assert_eq!(r == Recorded::Candidate, i == 3, "access {i} at {ms} ms");
+        }
+    }
+
+    #[test]
+    fn out_of_order_samples_do_not_reset_the_window() {
+        let t = HotTable::new(1024, policy(3, 100));
+        t.record(&access(1, 1, 1000));
+        t.record(&access(1, 1, 990)); // another CPU's older sample arrives late
+        assert_eq!(t.record(&access(1, 1, 1050)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn promotion_clears_the_candidate_and_touch_never_adds() {
+        let t = HotTable::new(1024, policy(1, 5000));
+        let a = access(1, 1, 0);
+        assert_eq!(t.record(&a), Recorded::Candidate);
+        t.mark_promoted(a.key, 0);
+        let e = t.get(a.key).unwrap();
+        assert_eq!((e.node(), e.is_queued()), (0, false));
+        t.touch(&access(1, 99, 10));
+        assert!(t.get(access(1, 99, 0).key).is_none());
+        t.touch(&access(1, 1, 10));
+        assert!(t.get(a.key).unwrap().heat_at(10, 1000) > 1.9);
+        // Unqueue lets the next access re-nominate it.
+        t.record(&access(1, 2, 20));
+        t.unqueue(access(1, 2, 0).key);
+        assert_eq!(t.record(&access(1, 2, 21)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn stays_bounded_and_evicts_cold_pages_first() {
+        let t = HotTable::new(2048, policy(100, 5000));
+        // 256 hot pages, touched 10 times each.
+        for round in 0..10 {
+            for page in 0..256 {
+                t.record(&access(1, page, round));
+            }
+        }
+        // A flood of 20k cold pages, once each.
+        for page in 1000..21_000 {
+            t.record(&access(1, page, 20));
+        }
+        assert!(t.len() <= 2048, "len {}", t.len());
+        assert_eq!(t.evicted() as usize, 256 + 20_000 - t.len());
+        let hot_left = (0..256)
+            .filter(|&p| t.get(access(1, p, 0).key).is_some())
+            .count();
+        assert_eq!(hot_left, 256, "hot pages survive the flood");
+        assert!(t.memory_bytes() <= 2048 * 32 + 64 * 24);
+    }
+
+    #[test]
+    fn hottest_ranks_by_decayed_heat() {
+        let t = HotTable::new(1024, policy(100, 5000));
+        for _ in 0..5 {
+            t.record(&access(1, 7, 0));
+        }
+        t.record(&access(1, 8, 0));
+        for _ in 0..3 {
+            t.record(&access(1, 9, 2500)); // newer, heat not decayed
+        }
+        let top = t.hottest(2);
+        // Page 7: 5 samples at 0 ms, two epochs old at 2500 ms -> 1.25; page 9: 3.
+        assert_eq!(top[0].0.key(), access(1, 9, 0).key);
+        assert!((top[0].1 - 3.0).abs() < 1e-9);
+        assert_eq!(top[1].0.key(), access(1, 7, 0).key);
+        assert!((top[1].1 - 1.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn concurrent_recorders_lose_no_counts() {
+        let t = HotTable::new(1 << 16, policy(u16::MAX, 60_000));
+        let threads = 4;
+        let per_thread = 20_000u64;
+        std::thread::scope(|s| {
+            for th in 0..threads {
+                let t = &t;
+                s.spawn(move || {
+                    for i in 0..per_thread {
+                        // Every thread hits the same 1000 pages.
+                        t.record(&access(1, i % 1000, th + i / 1000));
+                    }
+                });
+            }
+        });
+        let total: u64 = (0..1000)
+            .map(|p| u64::from(t.get(access(1, p, 0).key).unwrap().count()))
+            .sum();
+        assert_eq!(total, threads * per_thread);
+        assert_eq!(t.len(), 1000);
+    }
+}

@@ -1,0 +1,214 @@
+//! One shard of the hotness table: a fixed-size open-addressing map (linear probing,
+//! bulk eviction) that never allocates after creation.
+//!
+//! Written here rather than taken from a crate because the table must hold a hard memory bound
+//! of 32 bytes per tracked page (24-byte entries at a 3/4 load limit); `hashbrown` and `dashmap`
+//! round capacity up to a power of two and keep a control byte per slot, which costs 50-70 bytes
+//! per entry at the sizes we use.
+
+use super::entry::{Entry, PageKey, decayed};
+
+/// `splitmix64`'s finalizer: spreads the packed key's bits over the whole word.
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    let mut z = key;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+pub(crate) struct Shard {
+    slots: Box<[Entry]>,
+    len: usize,
+    capacity: usize,
+    /// Latest sample time seen by this shard (truncated ms).
+    pub(crate) now_ms: u32,
+    pub(crate) evicted: u64,
+}
+
+/// Where a lookup ended.
+pub(crate) enum Slot {
+    Found(usize),
+    Vacant(usize),
+}
+
+impl Shard {
+    pub(crate) fn new(capacity: usize) -> Shard {
+        let capacity = capacity.max(1);
+        let slots = (capacity * 4).div_ceil(3).max(capacity + 1);
+        Shard {
+            slots: vec![Entry::default(); slots].into_boxed_slice(),
+            len: 0,
+            capacity,
+            now_ms: 0,
+            evicted: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        // Multiply-shift range reduction: no power-of-two size needed.
+        ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize
+    }
+
+    #[inline]
+    pub(crate) fn find(&self, key: PageKey, hash: u64) -> Slot {
+        let n = self.slots.len();
+        let mut i = self.home(hash);
+        loop {
+            let k = self.slots[i].key;
+            if k == key.raw() {
+                return Slot::Found(i);
+            }
+            if k == 0 {
+                return Slot::Vacant(i);
+            }
+            i += 1;
+            if i == n {
+                i = 0;
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get_mut(&mut self, i: usize) -> &mut Entry {
+        &mut self.slots[i]
+    }
+
+    pub(crate) fn get(&self, key: PageKey, hash: u64) -> Option<&Entry> {
+        match self.find(key, hash) {
+            Slot::Found(i) => Some(&self.slots[i]),
+            Slot::Vacant(_) => None,
+        }
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.len >= self.capacity
+    }
+
+    /// Inserts at a slot returned by `find` as vacant. The caller has made room.
+    pub(crate) fn insert_at(&mut self, i: usize, entry: Entry) -> usize {
+        debug_assert!(self.slots[i].key == 0 && self.len < self.capacity);
+        self.slots[i] = entry;
+        self.len += 1;
+        i
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.slots.iter().filter(|e| e.key != 0)
+    }
+
+    /// Removes the coldest entries (decayed heat at the shard's clock): about 1/16 of the shard,
+    /// at least one. A log2 histogram of heat finds the cut without sorting or allocating.
+    pub(crate) fn evict_coldest(&mut self, halflife_ms: u32) -> usize {
+        let target = (self.capacity / 16).max(1).min(self.len);
+        if target == 0 {
+            return 0;
+        }
+        let now = self.now_ms;
+        let bucket = |e: &Entry| 32 - decayed(e.heat, e.last_ms, now, halflife_ms).leading_zeros();
+        let mut histogram = [0usize; 33];
+        for e in self.slots.iter().filter(|e| e.key != 0) {
+            histogram[bucket(e) as usize] += 1;
+        }
+        // Everything below `cut` goes; from the `cut` bucket, only as many as still needed.
+        let mut cut = 0u32;
+        let mut below = 0usize;
+        while below + histogram[cut as usize] < target {
+            below += histogram[cut as usize];
+            cut += 1;
+        }
+        let mut from_cut = target - below;
+        let mut removed = 0;
+        for e in self.slots.iter_mut().filter(|e| e.key != 0) {
+            let b = bucket(e);
+            if b < cut || (b == cut && from_cut > 0) {
+                if b == cut {
+                    from_cut -= 1;
+                }
+                *e = Entry::default();
+                removed += 1;
+            }
+        }
+        self.len -= removed;
+        self.evicted += removed as u64;
+        self.reseat();
+        removed
+    }
+
+    /// After bulk removal, moves every entry back to the first free slot of its probe sequence
+    /// so lookups never stop at a hole left in front of them.
+    fn reseat(&mut self) {
+        let n = self.slots.len();
+        // Start right after an empty slot so no cluster wraps past our starting point.
+        let Some(start) = self.slots.iter().position(|e| e.key == 0) else {
+            return;
+        };
+        for step in 1..=n {
+            let i = (start + step) % n;
+            let entry = self.slots[i];
+            if entry.key == 0 {
+                continue;
+            }
+            self.slots[i] = Entry::default();
+            let mut j = self.home(mix(entry.key));
+            while self.slots[j].key != 0 {
+                j = (j + 1) % n;
+            }
+            self.slots[j] = entry;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: u64) -> PageKey {
+        PageKey::new(1 + (i % 7) as u32, i << 12).unwrap()
+    }
+
+    fn insert(shard: &mut Shard, k: PageKey, heat: u32) {
+        match shard.find(k, mix(k.raw())) {
+            Slot::Vacant(i) => {
+                let mut e = Entry::new(k, 0, 0);
+                e.heat = heat;
+                shard.insert_at(i, e);
+            }
+            Slot::Found(_) => panic!("duplicate"),
+        }
+    }
+
+    #[test]
+    fn memory_is_32_bytes_per_tracked_page() {
+        let shard = Shard::new(3000);
+        let bytes = shard.slot_count() * std::mem::size_of::<Entry>();
+        assert_eq!(bytes / 3000, 32);
+    }
+
+    #[test]
+    fn eviction_removes_the_coldest_and_keeps_every_survivor_reachable() {
+        let mut shard = Shard::new(160);
+        for i in 0..160 {
+            insert(&mut shard, key(i), (i as u32 + 1) * 256);
+        }
+        assert!(shard.is_full());
+        let removed = shard.evict_coldest(1000);
+        assert_eq!(removed, 10);
+        assert_eq!(shard.len(), 150);
+        // Heat i+1 samples: log2 buckets put i < 7 strictly below the cut bucket (7..15), so
+        // those all go, 3 more come from the cut bucket, and everything hotter stays.
+        let present = |i: u64| shard.get(key(i), mix(key(i).raw())).is_some();
+        assert!((0..7).all(|i| !present(i)));
+        assert_eq!((7..15).filter(|&i| !present(i)).count(), 3);
+        assert!((15..160).all(present));
+    }
+}

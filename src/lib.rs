@@ -1,0 +1,15 @@
+//! pghotd: promotes the pages processes touch most while they sit on a slow memory tier.
+//!
+//! Data flow, one direction: [`sampler`] sources produce [`sampler::Sample`]s; the
+//! [`hotness`] table turns them into [`hotness::ingest::Candidate`]s; one [`migrator`] per
+//! lower-tier node promotes them with move_pages(2). [`topology`] says which nodes are slow and
+//! where pages should go; [`config`] holds the tunables; [`stats`] counts everything under the
+//! pghot kernel's counter names; [`daemon`] wires it together.
+
+pub mod config;
+pub mod daemon;
+pub mod hotness;
+pub mod migrator;
+pub mod sampler;
+pub mod stats;
+pub mod topology;

@@ -1,0 +1,740 @@
+//! Migrators: one thread per lower-tier node, like the pghot kernel's kmigrated.
+//!
+//! Each takes the candidates of its node from a bounded queue (full: the candidate is counted
+//! as `pgpromote_queue_full` and stays eligible), wakes every `migrate_interval_ms` or when
+//! `migrate_batch` wait, groups them by (pid, destination), and for each group:
+//!
+//! 1. holds back what would take the destination under its free-memory watermark;
+//! 2. holds back what exceeds the destination's token bucket (`promote_rate_limit_MBps`);
+//! 3. asks the kernel where the pages are (move_pages query: cheap, no fault-in), so pages
+//!    already on a top tier and pages that vanished never reach a move;
+//! 4. moves the rest with move_pages(MPOL_MF_MOVE), then accounts every page exactly once,
+//!    re-querying the entries the kernel left unwritten (positive return, ENOMEM).
+//!
+//! With `dry_run` steps 3-4 are skipped and allowed pages count as promoted: a batch replay of
+//! a trace needs no live processes.
+
+pub mod mover;
+pub mod ratelimit;
+mod sys;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select};
+
+use crate::hotness::HotTable;
+use crate::hotness::ingest::Candidate;
+use crate::stats::{Counter, Stats};
+use crate::topology::{NodeId, Topology};
+use mover::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
+use ratelimit::{Clock, TokenBucket};
+
+/// Tunables of the migrators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MigratorConfig {
+    pub migrate_interval_ms: u32,
+    pub migrate_batch: usize,
+    pub promote_rate_limit_mbps: u64,
+    /// Keep at least this percentage of the destination's memory free.
+    pub promote_min_free_pct: u8,
+    pub dry_run: bool,
+}
+
+impl Default for MigratorConfig {
+    fn default() -> Self {
+        MigratorConfig {
+            migrate_interval_ms: 100,
+            migrate_batch: 512,
+            promote_rate_limit_mbps: 65536,
+            promote_min_free_pct: 2,
+            dry_run: false,
+        }
+    }
+}
+
+/// Messages from the daemon to a migrator thread.
+#[derive(Debug)]
+pub enum MigratorEvent {
+    /// Sources have ended: migrate everything queued, then exit.
+    Finish,
+    /// Stop now: abandon what is queued (counted), exit.
+    Stop,
+    Reconfigure(MigratorConfig),
+}
+
+/// The decision logic of one migrator, free of threads and channels so tests can drive it.
+pub struct Migrator<M: Mover, C: Clock> {
+    node: NodeId,
+    config: MigratorConfig,
+    mover: M,
+    clock: C,
+    buckets: HashMap<NodeId, TokenBucket>,
+    table: Arc<HotTable>,
+    topology: Arc<Topology>,
+    stats: Arc<Stats>,
+    watermark_warned: bool,
+}
+
+impl<M: Mover, C: Clock> Migrator<M, C> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        node: NodeId,
+        config: MigratorConfig,
+        mover: M,
+        clock: C,
+        table: Arc<HotTable>,
+        topology: Arc<Topology>,
+        stats: Arc<Stats>,
+    ) -> Self {
+        Migrator {
+            node,
+            config,
+            mover,
+            clock,
+            buckets: HashMap::new(),
+            table,
+            topology,
+            stats,
+            watermark_warned: false,
+        }
+    }
+
+    pub fn reconfigure(&mut self, config: MigratorConfig) {
+        self.config = config;
+        let rate = config.promote_rate_limit_mbps.saturating_mul(1 << 20);
+        for bucket in self.buckets.values_mut() {
+            bucket.set_rate(rate);
+        }
+    }
+
+    /// Promotes a batch; every candidate ends in exactly one counter.
+    pub fn process(&mut self, batch: &mut Vec<Candidate>) {
+        batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.key.vaddr()));
+        let mut start = 0;
+        while start < batch.len() {
+            let (pid, to) = (batch[start].key.pid(), batch[start].to_node);
+            let end = start
+                + batch[start..]
+                    .iter()
+                    .take_while(|c| c.key.pid() == pid && c.to_node == to)
+                    .count();
+            self.process_group(pid, to, &batch[start..end]);
+            start = end;
+        }
+        batch.clear();
+    }
+
+    /// Pages the destination can take before reaching its watermark; unlimited when its free
+    /// memory cannot be read (e.g. a replayed trace names a node this machine lacks).
+    fn watermark_room(&mut self, to: NodeId, page_bytes: u64) -> usize {
+        let Some(node) = self.topology.node(to) else {
+            return usize::MAX;
+        };
+        let reserve_kb = node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100;
+        match self.topology.free_kb(to) {
+            Ok(free_kb) => {
+                let room_kb = free_kb.saturating_sub(reserve_kb);
+                usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
+            }
+            Err(e) => {
+                if !self.watermark_warned {
+                    tracing::warn!(node = to, "cannot read free memory, no watermark: {e}");
+                    self.watermark_warned = true;
+                }
+                usize::MAX
+            }
+        }
+    }
+
+    fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
+        let page_bytes = group[0].bytes;
+        let room = self.watermark_room(to, page_bytes);
+        let (group, over_watermark) = group.split_at(group.len().min(room));
+        self.stats
+            .add(Counter::PgpromoteFailWatermark, over_watermark.len() as u64);
+
+        let now = self.clock.now();
+        let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
+        let bucket = self
+            .buckets
+            .entry(to)
+            .or_insert_with(|| TokenBucket::new(rate, now));
+        let allowed = bucket.take_units(now, page_bytes, group.len());
+        let (group, limited) = group.split_at(allowed);
+        self.stats
+            .add(Counter::PgpromoteRatelimited, limited.len() as u64);
+        if group.is_empty() {
+            return;
+        }
+        if self.config.dry_run {
+            for c in group {
+                self.promoted(c);
+            }
+            return;
+        }
+        let moved = self.move_group(pid, to, group);
+        let unmoved = (group.len() - moved) as u64;
+        if let Some(bucket) = self.buckets.get_mut(&to) {
+            bucket.refund(unmoved * page_bytes);
+        }
+    }
+
+    fn promoted(&self, c: &Candidate) {
+        self.stats.add_promoted(c.to_node, 1, c.bytes);
+        self.table.mark_promoted(c.key, c.to_node);
+    }
+
+    fn query(&mut self, pid: u32, pages: &[u64], status: &mut [i32]) -> Result<(), nix::Error> {
+        self.stats.add(Counter::MigratorSyscalls, 1);
+        status.fill(STATUS_UNWRITTEN);
+        self.mover.move_pages(pid, pages, None, status).map(|_| ())
+    }
+
+    /// Queries, moves and accounts one group. Returns how many pages reached `to`.
+    fn move_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) -> usize {
+        let pages: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
+        let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+        if let Err(errno) = self.query(pid, &pages, &mut status) {
+            self.fail_all(pid, group.len(), errno);
+            return 0;
+        }
+        // Only pages still on a lower tier go into the move.
+        let mut to_move = Vec::with_capacity(group.len());
+        for (c, &s) in group.iter().zip(&status) {
+            match NodeId::try_from(s) {
+                Ok(node) if self.topology.is_lower_tier(node) => to_move.push(*c),
+                Ok(node) => {
+                    self.stats.add(Counter::PgpromoteAlreadyToptier, 1);
+                    self.table.mark_promoted(c.key, node);
+                }
+                Err(_) => self.stats.add(page_failure(s), 1),
+            }
+        }
+        if to_move.is_empty() {
+            return 0;
+        }
+        let pages: Vec<u64> = to_move.iter().map(|c| c.key.vaddr()).collect();
+        let nodes = vec![i32::from(to); pages.len()];
+        let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+        self.stats.add(Counter::MigratorSyscalls, 1);
+        let result = self
+            .mover
+            .move_pages(pid, &pages, Some(&nodes), &mut status);
+        // What an entry the kernel did not write turned out to be, if a re-query finds it
+        // elsewhere than `to`.
+        let unwritten_reason = match result {
+            Ok(_) => Counter::PgpromoteFailNotMigrated,
+            Err(nix::errno::Errno::ESRCH) => {
+                self.fail_all(pid, to_move.len(), nix::errno::Errno::ESRCH);
+                return 0;
+            }
+            Err(errno) => {
+                tracing::debug!(pid, node = to, "move_pages failed: {errno}");
+                call_failure(errno)
+            }
+        };
+        if status.contains(&STATUS_UNWRITTEN) {
+            self.requery_unwritten(pid, &pages, &mut status);
+        }
+        let mut moved = 0;
+        for (c, &s) in to_move.iter().zip(&status) {
+            if s == i32::from(to) {
+                self.promoted(c);
+                moved += 1;
+            } else if s == STATUS_UNWRITTEN || s >= 0 {
+                self.stats.add(unwritten_reason, 1);
+            } else {
+                self.stats.add(page_failure(s), 1);
+            }
+        }
+        moved
+    }
+
+    /// Fills unwritten statuses with where the pages are now; entries the query cannot
+    /// resolve stay unwritten.
+    fn requery_unwritten(&mut self, pid: u32, pages: &[u64], status: &mut [i32]) {
+        let idx: Vec<usize> = (0..status.len())
+            .filter(|&i| status[i] == STATUS_UNWRITTEN)
+            .collect();
+        let subset: Vec<u64> = idx.iter().map(|&i| pages[i]).collect();
+        let mut found = vec![STATUS_UNWRITTEN; subset.len()];
+        if self.query(pid, &subset, &mut found).is_ok() {
+            for (&i, &s) in idx.iter().zip(&found) {
+                // A negative status means it is gone: leave it unwritten (counted by reason).
+                if s >= 0 {
+                    status[i] = s;
+                }
+            }
+        }
+    }
+
+    fn fail_all(&self, pid: u32, n: usize, errno: nix::errno::Errno) {
+        let counter = call_failure(errno);
+        if counter != Counter::PgpromoteFailNoProcess {
+            tracing::debug!(pid, "move_pages: {errno}");
+        }
+        self.stats.add(counter, n as u64);
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+}
+
+/// A running migrator thread.
+pub struct MigratorHandle {
+    node: NodeId,
+    events: Sender<MigratorEvent>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MigratorHandle {
+    /// Spawns `pghot-mig/nodeN`.
+    pub fn spawn<M: Mover + 'static, C: Clock + 'static>(
+        mut migrator: Migrator<M, C>,
+        candidates: Receiver<Candidate>,
+    ) -> std::io::Result<MigratorHandle> {
+        let node = migrator.node();
+        let (events_tx, events_rx) = crossbeam_channel::bounded(16);
+        let thread = std::thread::Builder::new()
+            .name(format!("pghot-mig/node{node}"))
+            .spawn(move || run(&mut migrator, &candidates, &events_rx))?;
+        Ok(MigratorHandle {
+            node,
+            events: events_tx,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    pub fn send(&self, event: MigratorEvent) {
+        // A migrator that already exited has nothing left to do with it.
+        let _ = self.events.send(event);
+    }
+
+    /// Waits for the thread to exit, up to `timeout`. Returns false if it is still running.
+    pub fn join(mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                tracing::warn!(node = self.node, "migrator did not stop within {timeout:?}");
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if thread.join().is_err() {
+            tracing::error!(node = self.node, "migrator thread panicked");
+            return false;
+        }
+        true
+    }
+}
+
+fn run<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    candidates: &Receiver<Candidate>,
+    events: &Receiver<MigratorEvent>,
+) {
+    let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
+    let mut next_wake = Instant::now() + interval(&migrator.config);
+    loop {
+        let timeout = next_wake.saturating_duration_since(Instant::now());
+        select! {
+            recv(candidates) -> c => match c {
+                Ok(c) => {
+                    batch.push(c);
+                    if batch.len() >= migrator.config.migrate_batch {
+                        migrator.process(&mut batch);
+                    }
+                }
+                // All senders gone: nothing more will come.
+                Err(_) => {
+                    migrator.process(&mut batch);
+                    return;
+                }
+            },
+            recv(events) -> e => match e {
+                Ok(MigratorEvent::Finish) => {
+                    while let Ok(c) = candidates.try_recv() {
+                        batch.push(c);
+                        if batch.len() >= migrator.config.migrate_batch {
+                            migrator.process(&mut batch);
+                        }
+                    }
+                    migrator.process(&mut batch);
+                    return;
+                }
+                Ok(MigratorEvent::Stop) | Err(_) => {
+                    let abandoned = batch.len() + candidates.try_iter().count();
+                    migrator.stats.add(Counter::PgpromoteAbandoned, abandoned as u64);
+                    return;
+                }
+                Ok(MigratorEvent::Reconfigure(config)) => migrator.reconfigure(config),
+            },
+            default(timeout) => {
+                if !batch.is_empty() {
+                    migrator.process(&mut batch);
+                }
+                next_wake = Instant::now() + interval(&migrator.config);
+            }
+        }
+    }
+}
+
+fn interval(config: &MigratorConfig) -> Duration {
+    Duration::from_millis(u64::from(config.migrate_interval_ms.max(1)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mover::fake::{FakeMover, Script};
+    use super::ratelimit::tests::FakeClock;
+    use super::*;
+    use crate::hotness::{Access, HotPolicy, PAGE_SIZE, PageKey, Recorded};
+    use crate::sampler::{AccessOp, SourceKind};
+    use crate::topology::SysfsRoot;
+    use nix::errno::Errno;
+    use std::path::Path;
+
+    const SLOW: i32 = 2;
+
+    struct Rig {
+        migrator: Migrator<FakeMover, FakeClock>,
+        mover: FakeMover,
+        clock: FakeClock,
+        stats: Arc<Stats>,
+        table: Arc<HotTable>,
+    }
+
+    fn rig(config: MigratorConfig) -> Rig {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node");
+        let topology = Arc::new(Topology::read(SysfsRoot::new(root)).unwrap());
+        let stats = Arc::new(Stats::new());
+        let table = Arc::new(HotTable::new(4096, HotPolicy::default()));
+        let mover = FakeMover::default();
+        let clock = FakeClock::default();
+        let migrator = Migrator::new(
+            2,
+            config,
+            mover.clone(),
+            clock.clone(),
+            Arc::clone(&table),
+            topology,
+            Arc::clone(&stats),
+        );
+        Rig {
+            migrator,
+            mover,
+            clock,
+            stats,
+            table,
+        }
+    }
+
+    fn cand(pid: u32, page: u64, to: NodeId) -> Candidate {
+        Candidate {
+            key: PageKey::new(pid, page * PAGE_SIZE).unwrap(),
+            from_node: 2,
+            to_node: to,
+            bytes: PAGE_SIZE,
+            source: SourceKind::Trace,
+        }
+    }
+
+    /// Puts pages of `pid` on the slow node in the fake address space.
+    fn map(rig: &Rig, pid: u32, pages: impl IntoIterator<Item = u64>) {
+        let mut mem = rig.mover.0.lock();
+        for p in pages {
+            mem.pages.insert((pid, p * PAGE_SIZE), SLOW);
+        }
+    }
+
+    fn counter(rig: &Rig, c: Counter) -> u64 {
+        rig.stats.get(c)
+    }
+
+    /// Sum of every per-candidate outcome the migrator can produce.
+    fn outcomes(rig: &Rig) -> u64 {
+        use Counter::*;
+        [
+            PgpromoteSuccess,
+            PgpromoteRatelimited,
+            PgpromoteAlreadyToptier,
+            PgpromoteFailWatermark,
+            PgpromoteFailNoProcess,
+            PgpromoteFailNotPresent,
+            PgpromoteFailFault,
+            PgpromoteFailShared,
+            PgpromoteFailBusy,
+            PgpromoteFailNomem,
+            PgpromoteFailNotAllowed,
+            PgpromoteFailNoNode,
+            PgpromoteFailPermission,
+            PgpromoteFailNotMigrated,
+            PgpromoteFailOther,
+        ]
+        .iter()
+        .map(|&c| counter(rig, c))
+        .sum()
+    }
+
+    #[test]
+    fn moves_and_groups_by_pid_and_destination() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..4);
+        map(&rig, 11, 0..2);
+        let mut batch = vec![
+            cand(10, 0, 0),
+            cand(11, 0, 1),
+            cand(10, 1, 0),
+            cand(10, 2, 1),
+            cand(11, 1, 1),
+            cand(10, 3, 0),
+        ];
+        rig.migrator.process(&mut batch);
+        assert!(batch.is_empty());
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
+        assert_eq!(rig.stats.promoted_bytes(0), 3 * PAGE_SIZE);
+        assert_eq!(rig.stats.promoted_bytes(1), 3 * PAGE_SIZE);
+        let mem = rig.mover.0.lock();
+        // Three groups: (10 -> 0), (10 -> 1), (11 -> 1); each one query and one move.
+        let moves: Vec<_> = mem
+            .calls
+            .iter()
+            .filter(|c| c.2)
+            .map(|c| (c.0, c.1))
+            .collect();
+        assert_eq!(moves, vec![(10, 3), (10, 1), (11, 2)]);
+        assert_eq!(mem.pages[&(10, 2 * PAGE_SIZE)], 1);
+        assert_eq!(counter(&rig, Counter::MigratorSyscalls), 6);
+    }
+
+    #[test]
+    fn per_page_statuses_land_in_their_counters() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..2);
+        {
+            let mut mem = rig.mover.0.lock();
+            mem.pages.insert((10, 2 * PAGE_SIZE), -libc::EFAULT);
+            mem.pages.insert((10, 3 * PAGE_SIZE), 0); // already promoted by someone else
+            // page 4: never mapped -> -ENOENT
+        }
+        let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailFault), 1);
+        assert_eq!(counter(&rig, Counter::PgpromoteAlreadyToptier), 1);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailNotPresent), 1);
+        assert_eq!(outcomes(&rig), 5);
+    }
+
+    #[test]
+    fn a_positive_return_is_resolved_by_requery() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..5);
+        rig.mover
+            .0
+            .lock()
+            .script
+            .push_back(Script::Partial { moved: 2 });
+        let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailNotMigrated), 3);
+        assert_eq!(outcomes(&rig), 5);
+        // The three that stayed behind are refunded to the bucket.
+        let bucket = &rig.migrator.buckets[&0];
+        assert_eq!(bucket.tokens(), (65536u64 << 20) - 2 * PAGE_SIZE);
+    }
+
+    #[test]
+    fn enomem_mid_call_counts_what_moved_before_it() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..4);
+        rig.mover.0.lock().script.push_back(Script::Fail {
+            moved: 1,
+            errno: Errno::ENOMEM,
+        });
+        let mut batch: Vec<_> = (0..4).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailNomem), 3);
+        assert_eq!(outcomes(&rig), 4);
+    }
+
+    #[test]
+    fn whole_call_errors_count_every_page() {
+        for (errno, want) in [
+            (Errno::EACCES, Counter::PgpromoteFailNotAllowed),
+            (Errno::ENODEV, Counter::PgpromoteFailNoNode),
+            (Errno::EPERM, Counter::PgpromoteFailPermission),
+            (Errno::EINVAL, Counter::PgpromoteFailOther),
+        ] {
+            let mut rig = rig(MigratorConfig::default());
+            map(&rig, 10, 0..3);
+            rig.mover
+                .0
+                .lock()
+                .script
+                .push_back(Script::Fail { moved: 0, errno });
+            let mut batch: Vec<_> = (0..3).map(|p| cand(10, p, 0)).collect();
+            rig.migrator.process(&mut batch);
+            assert_eq!(counter(&rig, want), 3, "{errno}");
+            assert_eq!(outcomes(&rig), 3, "{errno}");
+        }
+    }
+
+    #[test]
+    fn a_process_that_exited_fails_its_pages_not_the_batch() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..2);
+        map(&rig, 11, 0..2);
+        rig.mover.0.lock().gone.push(11);
+        let mut batch = vec![
+            cand(10, 0, 0),
+            cand(11, 0, 0),
+            cand(11, 1, 0),
+            cand(10, 1, 0),
+        ];
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailNoProcess), 2);
+    }
+
+    #[test]
+    fn rate_limit_holds_back_and_refills_with_the_clock() {
+        let config = MigratorConfig {
+            promote_rate_limit_mbps: 1, // 256 pages per second
+            ..MigratorConfig::default()
+        };
+        let mut rig = rig(config);
+        map(&rig, 10, 0..600);
+        let mut batch: Vec<_> = (0..300).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 256);
+        assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 44);
+        rig.clock.advance(Duration::from_millis(250));
+        let mut batch: Vec<_> = (300..400).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 256 + 64);
+        assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 44 + 36);
+    }
+
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn the_watermark_admits_only_what_keeps_the_reserve_free() {
+        // node0 of the fixture has 1030716 kB; a 2% reserve is 20614 kB. Leave room for
+        // exactly two pages above it.
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node");
+        copy_tree(&fixture, dir.path());
+        let meminfo = dir.path().join("devices/system/node/node0/meminfo");
+        std::fs::write(
+            &meminfo,
+            "Node 0 MemTotal: 1030716 kB\nNode 0 MemFree: 20622 kB\n",
+        )
+        .unwrap();
+        let topology = Arc::new(Topology::read(SysfsRoot::new(dir.path())).unwrap());
+        let mut rig = rig(MigratorConfig::default());
+        rig.migrator.topology = topology;
+        map(&rig, 10, 0..5);
+        let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 3);
+        // node1 is not under pressure.
+        map(&rig, 11, 0..5);
+        let mut batch: Vec<_> = (0..5).map(|p| cand(11, p, 1)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 7);
+    }
+
+    #[test]
+    fn dry_run_counts_without_calling_the_kernel() {
+        let config = MigratorConfig {
+            dry_run: true,
+            ..MigratorConfig::default()
+        };
+        let mut rig = rig(config);
+        let mut batch: Vec<_> = (0..3).map(|p| cand(999, p, 1)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+        assert!(rig.mover.0.lock().calls.is_empty());
+    }
+
+    #[test]
+    fn promotion_updates_the_table() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..1);
+        let c = cand(10, 0, 1);
+        let access = Access {
+            key: c.key,
+            time_ns: 0,
+            node: 2,
+            op: AccessOp::Load,
+        };
+        rig.table.record(&access);
+        assert_eq!(rig.table.record(&access), Recorded::Candidate);
+        rig.migrator.process(&mut vec![c]);
+        let e = rig.table.get(c.key).unwrap();
+        assert_eq!((e.node(), e.is_queued()), (1, false));
+    }
+
+    #[test]
+    fn the_thread_drains_on_finish_and_counts_abandoned_on_stop() {
+        let rig1 = rig(MigratorConfig::default());
+        map(&rig1, 10, 0..10);
+        let stats = Arc::clone(&rig1.stats);
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        let handle = MigratorHandle::spawn(rig1.migrator, rx).unwrap();
+        for p in 0..10 {
+            tx.send(cand(10, p, 0)).unwrap();
+        }
+        handle.send(MigratorEvent::Finish);
+        assert!(handle.join(Duration::from_secs(5)));
+        assert_eq!(stats.get(Counter::PgpromoteSuccess), 10);
+
+        let config = MigratorConfig {
+            migrate_interval_ms: 60_000,
+            ..MigratorConfig::default()
+        };
+        let rig2 = rig(config);
+        let stats = Arc::clone(&rig2.stats);
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        for p in 0..7 {
+            tx.send(cand(10, p, 0)).unwrap();
+        }
+        let handle = MigratorHandle::spawn(rig2.migrator, rx).unwrap();
+        handle.send(MigratorEvent::Stop);
+        assert!(handle.join(Duration::from_secs(5)));
+        assert_eq!(
+            stats.get(Counter::PgpromoteAbandoned) + stats.get(Counter::PgpromoteSuccess),
+            7
+        );
+    }
+}

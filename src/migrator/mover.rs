@@ -1,0 +1,137 @@
+//! The move_pages(2) seam: the real syscall, or a scripted fake in tests; and the mapping of
+//! every kernel answer to one counted outcome per page.
+
+use nix::errno::Errno;
+
+use crate::stats::Counter;
+
+/// Status value the kernel never writes: marks entries it left unwritten.
+pub const STATUS_UNWRITTEN: i32 = i32::MIN;
+
+/// move_pages(2) as the migrator needs it.
+pub trait Mover: Send {
+    /// `nodes` `None` queries where pages are. Returns the syscall's non-negative result.
+    fn move_pages(
+        &mut self,
+        pid: u32,
+        pages: &[u64],
+        nodes: Option<&[i32]>,
+        status: &mut [i32],
+    ) -> Result<usize, Errno>;
+}
+
+/// The real syscall.
+#[derive(Debug, Default)]
+pub struct SysMover;
+
+impl Mover for SysMover {
+    fn move_pages(
+        &mut self,
+        pid: u32,
+        pages: &[u64],
+        nodes: Option<&[i32]>,
+        status: &mut [i32],
+    ) -> Result<usize, Errno> {
+        super::sys::move_pages(pid, pages, nodes, status)
+    }
+}
+
+/// The counter for a negative per-page status.
+pub fn page_failure(status: i32) -> Counter {
+    match Errno::from_raw(-status) {
+        Errno::ENOENT => Counter::PgpromoteFailNotPresent,
+        Errno::EFAULT => Counter::PgpromoteFailFault,
+        Errno::EACCES => Counter::PgpromoteFailShared,
+        Errno::EBUSY => Counter::PgpromoteFailBusy,
+        Errno::ENOMEM => Counter::PgpromoteFailNomem,
+        _ => Counter::PgpromoteFailOther,
+    }
+}
+
+/// The counter for a whole-call error.
+pub fn call_failure(errno: Errno) -> Counter {
+    match errno {
+        Errno::ESRCH => Counter::PgpromoteFailNoProcess,
+        Errno::ENOMEM => Counter::PgpromoteFailNomem,
+        Errno::EACCES => Counter::PgpromoteFailNotAllowed,
+        Errno::ENODEV => Counter::PgpromoteFailNoNode,
+        Errno::EPERM => Counter::PgpromoteFailPermission,
+        _ => Counter::PgpromoteFailOther,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A mover over a fake address space, with scripted whole-call failures.
+
+    use super::*;
+    use std::collections::{HashMap, VecDeque};
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    /// What a scripted move call does instead of succeeding.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) enum Script {
+        /// Fail the whole call with this errno after moving the first `moved` pages.
+        Fail { moved: usize, errno: Errno },
+        /// Move the first `moved` pages, then stop: positive return, the rest unwritten.
+        Partial { moved: usize },
+    }
+
+    #[derive(Default)]
+    pub(crate) struct FakeMemory {
+        /// (pid, page) -> node or negative errno status.
+        pub(crate) pages: HashMap<(u32, u64), i32>,
+        pub(crate) gone: Vec<u32>,
+        pub(crate) script: VecDeque<Script>,
+        pub(crate) calls: Vec<(u32, usize, bool)>,
+    }
+
+    #[derive(Clone, Default)]
+    pub(crate) struct FakeMover(pub(crate) Arc<Mutex<FakeMemory>>);
+
+    impl Mover for FakeMover {
+        fn move_pages(
+            &mut self,
+            pid: u32,
+            pages: &[u64],
+            nodes: Option<&[i32]>,
+            status: &mut [i32],
+        ) -> Result<usize, Errno> {
+            let mut mem = self.0.lock();
+            mem.calls.push((pid, pages.len(), nodes.is_some()));
+            if mem.gone.contains(&pid) {
+                return Err(Errno::ESRCH);
+            }
+            let Some(nodes) = nodes else {
+                for (s, p) in status.iter_mut().zip(pages) {
+                    *s = *mem.pages.get(&(pid, *p)).unwrap_or(&-libc::ENOENT);
+                }
+                return Ok(0);
+            };
+            let (limit, result) = match mem.script.pop_front() {
+                None => (pages.len(), Ok(0)),
+                Some(Script::Fail { moved, errno }) => (moved, Err(errno)),
+                Some(Script::Partial { moved }) => (moved, Ok(pages.len() - moved)),
+            };
+            for (i, (p, n)) in pages.iter().zip(nodes).enumerate().take(limit) {
+                let cur = mem.pages.get(&(pid, *p)).copied().unwrap_or(-libc::ENOENT);
+                status[i] = if cur < 0 {
+                    cur
+                } else {
+                    mem.pages.insert((pid, *p), *n);
+                    *n
+                };
+            }
+            // The kernel leaves the failed batch's and later entries unwritten, and on a
+            // whole-call error writes nothing it has not finished.
+            if result.is_err() {
+                for s in status.iter_mut() {
+                    *s = STATUS_UNWRITTEN;
+                }
+            }
+            result
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! Per-destination promotion rate limit: a token bucket of bytes, refilled continuously.
+//!
+//! The clock is injected so tests drive time by hand, deterministically.
+
+use std::time::{Duration, Instant};
+
+/// A monotonic clock.
+pub trait Clock: Send {
+    fn now(&self) -> Duration;
+}
+
+/// The real monotonic clock, as time since it was created.
+pub struct MonotonicClock {
+    start: Instant,
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock {
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+/// Bytes per second with a one-second burst, like the kernel's NUMA-balancing promotion limit
+/// (a per-second window of `numa_balancing_promote_rate_limit_MBps`).
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate_bytes_per_s: u64,
+    tokens: u64,
+    last: Duration,
+}
+
+impl TokenBucket {
+    /// Starts full.
+    pub fn new(rate_bytes_per_s: u64, now: Duration) -> TokenBucket {
+        TokenBucket {
+            rate_bytes_per_s,
+            tokens: rate_bytes_per_s,
+            last: now,
+        }
+    }
+
+    pub fn set_rate(&mut self, rate_bytes_per_s: u64) {
+        self.rate_bytes_per_s = rate_bytes_per_s;
+        self.tokens = self.tokens.min(rate_bytes_per_s);
+    }
+
+    fn refill(&mut self, now: Duration) {
+        let elapsed = now.saturating_sub(self.last);
+        let add = (u128::from(self.rate_bytes_per_s) * elapsed.as_nanos() / 1_000_000_000)
+            .min(u128::from(u64::MAX)) as u64;
+        if add > 0 {
+            self.tokens = self.tokens.saturating_add(add).min(self.rate_bytes_per_s);
+            self.last = now;
+        }
+    }
+
+    /// Takes tokens for as many `unit`-byte items as it can, up to `wanted`; returns how many.
+    pub fn take_units(&mut self, now: Duration, unit: u64, wanted: usize) -> usize {
+        self.refill(now);
+        let affordable = (self.tokens / unit.max(1)).min(wanted as u64) as usize;
+        self.tokens -= affordable as u64 * unit;
+        affordable
+    }
+
+    /// Returns tokens for items that were charged but not moved.
+    pub fn refund(&mut self, bytes: u64) {
+        self.tokens = self.tokens.saturating_add(bytes).min(self.rate_bytes_per_s);
+    }
+
+    pub fn tokens(&self) -> u64 {
+        self.tokens
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A clock the test moves by hand.
+    #[derive(Clone, Default)]
+    pub(crate) struct FakeClock(pub(crate) Arc<AtomicU64>);
+
+    impl FakeClock {
+        pub(crate) fn advance(&self, d: Duration) {
+            self.0.fetch_add(d.as_nanos() as u64, Ordering::SeqCst);
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Duration {
+            Duration::from_nanos(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    #[test]
+    fn bucket_starts_full_and_refills_at_the_rate() {
+        let clock = FakeClock::default();
+        let mut b = TokenBucket::new(10 * 4096, clock.now());
+        assert_eq!(b.take_units(clock.now(), 4096, 25), 10);
+        assert_eq!(b.take_units(clock.now(), 4096, 1), 0);
+        clock.advance(Duration::from_millis(500));
+        assert_eq!(b.take_units(clock.now(), 4096, 25), 5);
+        // Never more than one second of burst.
+        clock.advance(Duration::from_secs(60));
+        assert_eq!(b.take_units(clock.now(), 4096, 25), 10);
+    }
+
+    #[test]
+    fn refunds_return_tokens_up_to_the_burst() {
+        let clock = FakeClock::default();
+        let mut b = TokenBucket::new(8192, clock.now());
+        assert_eq!(b.take_units(clock.now(), 4096, 2), 2);
+        b.refund(4096);
+        b.refund(1 << 20);
+        assert_eq!(b.tokens(), 8192);
+    }
+
+    #[test]
+    fn small_steps_accumulate() {
+        // 1000 B/s in 1 ms steps: rounding must not starve the bucket forever.
+        let clock = FakeClock::default();
+        let mut b = TokenBucket::new(1000, clock.now());
+        assert_eq!(b.take_units(clock.now(), 1000, 1), 1);
+        for _ in 0..999 {
+            clock.advance(Duration::from_millis(1));
+            assert_eq!(b.take_units(clock.now(), 1000, 1), 0);
+        }
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(b.take_units(clock.now(), 1000, 1), 1);
+    }
+}

@@ -1,0 +1,180 @@
+//! Sample sources: where access samples come from.
+//!
+//! Every source (trace replay now; IBS, PEBS, DAMON and soft-dirty later) turns what it reads into
+//! [`Sample`]s and hands them to a [`SampleSink`] on its own thread. A source never looks at the
+//! hotness table or the migrators: it only produces samples and counts what it could not parse.
+//! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
+//! there is no channel on the per-sample path.
+
+pub mod trace;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::stats::Counter;
+use crate::topology::NodeId;
+
+/// Load or store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessOp {
+    Load,
+    Store,
+}
+
+/// Where the sampled access was served from, as the hardware reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataSource {
+    L1,
+    L2,
+    L3,
+    /// Another core's or socket's cache.
+    PeerCache,
+    LocalDram,
+    RemoteDram,
+    /// Extension memory: CXL or another slow tier.
+    ExtMem,
+    Unknown,
+}
+
+impl DataSource {
+    /// Served from some cache: says nothing about which memory the page sits in.
+    pub fn is_cache(self) -> bool {
+        matches!(
+            self,
+            DataSource::L1 | DataSource::L2 | DataSource::L3 | DataSource::PeerCache
+        )
+    }
+}
+
+/// Which kind of source produced a sample; samples are counted per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    Trace,
+}
+
+impl SourceKind {
+    pub const ALL: &'static [SourceKind] = &[SourceKind::Trace];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            SourceKind::Trace => "trace",
+        }
+    }
+}
+
+/// One memory access sample, whatever produced it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    /// Sample time in nanoseconds; the hotness table's only clock.
+    pub time_ns: u64,
+    pub cpu: u32,
+    pub pid: u32,
+    pub tid: u32,
+    /// Linear (virtual) address of the data access; 0 when the hardware gave none.
+    pub vaddr: u64,
+    pub paddr: Option<u64>,
+    pub op: AccessOp,
+    pub served_from: DataSource,
+    /// The page's current NUMA node, when the source knows it.
+    pub node: Option<NodeId>,
+    /// Access latency in core cycles, when the hardware reports it.
+    pub latency: Option<u32>,
+    pub source: SourceKind,
+}
+
+/// Where a source delivers samples. One sink per source thread, so `&mut self` is free of locks.
+pub trait SampleSink {
+    fn record(&mut self, sample: &Sample);
+    /// Adds to a counter the source owns (lost records, malformed trace lines).
+    fn count(&mut self, counter: Counter, n: u64);
+}
+
+/// A stop request shared between the daemon and its worker threads.
+#[derive(Debug, Clone, Default)]
+pub struct StopToken(Arc<AtomicBool>);
+
+impl StopToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Errors a source can end with.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("opening trace {path}: {source}")]
+    TraceOpen {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("reading trace {path}: {source}")]
+    TraceRead {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("unknown source '{0}' (known: trace:PATH)")]
+    UnknownSpec(String),
+}
+
+/// A sample producer. `run` blocks until the input ends or `stop` is raised.
+pub trait Source: Send {
+    fn kind(&self) -> SourceKind;
+    /// Short description for logs and status (`trace:/tmp/x.trace`).
+    fn describe(&self) -> String;
+    fn run(&mut self, sink: &mut dyn SampleSink, stop: &StopToken) -> Result<(), SourceError>;
+}
+
+/// A parsed `--source` / `enabled_sources` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// `trace:PATH`; `-` is stdin.
+    Trace(String),
+}
+
+impl SourceSpec {
+    pub fn parse(spec: &str) -> Result<Self, SourceError> {
+        match spec.split_once(':') {
+            Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
+            _ => Err(SourceError::UnknownSpec(spec.to_string())),
+        }
+    }
+
+    /// Opens the source now, so a bad path fails at startup rather than in a thread.
+    pub fn open(&self) -> Result<Box<dyn Source>, SourceError> {
+        match self {
+            SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
+        }
+    }
+}
+
+impl std::fmt::Display for SourceSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_spec_parses_trace_and_rejects_others() {
+        assert_eq!(
+            SourceSpec::parse("trace:-").ok(),
+            Some(SourceSpec::Trace("-".into()))
+        );
+        assert!(SourceSpec::parse("trace:").is_err());
+        let err = SourceSpec::parse("ibs").unwrap_err().to_string();
+        assert!(err.contains("unknown source 'ibs'"), "{err}");
+    }
+}

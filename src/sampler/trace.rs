@@ -1,0 +1,592 @@
+//! The pghot-trace v1 text format: reader (a [`Source`]) and writer.
+//!
+//! One sample per line, whitespace-separated, `#` starts a comment (to the end of the line):
+//!
+//! ```text
+//! # time_ns  cpu pid  tid  vaddr          paddr       op src    node [latency]
+//! 1000000000 0   4242 4242 0x7f0000001000 0x8000a000  L  extmem 2    310
+//! 1000000500 1   4242 4243 0x7f0000002000 -           S  dram   0
+//! ```
+//!
+//! `vaddr`/`paddr` are hex with `0x`; `op` is `L` or `S`; `src` is one of
+//! `l1 l2 l3 peer dram remote extmem unknown`; `node` and `latency` are decimal; `-` marks an
+//! unknown `paddr`, `node` or `latency`. A trace ends at end of file, or for a FIFO or stdin when
+//! every writer has closed it.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use super::{AccessOp, DataSource, Sample, SampleSink, Source, SourceError, SourceKind, StopToken};
+use crate::stats::Counter;
+use crate::topology::NodeId;
+
+/// Header line the writer puts first; readers treat it as a comment.
+pub const TRACE_HEADER: &str =
+    "# pghot-trace v1: time_ns cpu pid tid vaddr paddr op src node [latency]";
+
+/// Longest line accepted; longer ones are reported and skipped (a FIFO writer that never sends
+/// a newline must not grow our memory).
+pub const MAX_LINE_BYTES: usize = 4096;
+
+/// How many malformed lines are logged one by one before only the counter keeps going.
+const LOGGED_BAD_LINES: u64 = 10;
+
+/// Why a trace line was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TraceLineError {
+    #[error("expected 9 or 10 fields, found {0}")]
+    FieldCount(usize),
+    #[error("field {field}: '{value}' is not a decimal number in 0..={max}")]
+    Decimal {
+        field: &'static str,
+        value: String,
+        max: u64,
+    },
+    #[error("field {field}: '{value}' is not hex with a 0x prefix")]
+    Hex { field: &'static str, value: String },
+    #[error("field op: '{0}' is not L or S")]
+    Op(String),
+    #[error("field src: '{0}' is not one of l1 l2 l3 peer dram remote extmem unknown")]
+    Src(String),
+    #[error("line is not UTF-8")]
+    NotUtf8,
+    #[error("line is longer than {MAX_LINE_BYTES} bytes")]
+    TooLong,
+}
+
+fn decimal(field: &'static str, value: &str, max: u64) -> Result<u64, TraceLineError> {
+    match value.parse::<u64>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(TraceLineError::Decimal {
+            field,
+            value: value.to_string(),
+            max,
+        }),
+    }
+}
+
+fn hex(field: &'static str, value: &str) -> Result<u64, TraceLineError> {
+    value
+        .strip_prefix("0x")
+        .filter(|digits| !digits.is_empty())
+        .and_then(|digits| u64::from_str_radix(digits, 16).ok())
+        .ok_or_else(|| TraceLineError::Hex {
+            field,
+            value: value.to_string(),
+        })
+}
+
+fn optional<T>(
+    value: &str,
+    parse: impl FnOnce(&str) -> Result<T, TraceLineError>,
+) -> Result<Option<T>, TraceLineError> {
+    if value == "-" {
+        Ok(None)
+    } else {
+        parse(value).map(Some)
+    }
+}
+
+fn data_source(value: &str) -> Result<DataSource, TraceLineError> {
+    Ok(match value {
+        "l1" => DataSource::L1,
+        "l2" => DataSource::L2,
+        "l3" => DataSource::L3,
+        "peer" => DataSource::PeerCache,
+        "dram" => DataSource::LocalDram,
+        "remote" => DataSource::RemoteDram,
+        "extmem" => DataSource::ExtMem,
+        "unknown" => DataSource::Unknown,
+        _ => return Err(TraceLineError::Src(value.to_string())),
+    })
+}
+
+fn data_source_name(src: DataSource) -> &'static str {
+    match src {
+        DataSource::L1 => "l1",
+        DataSource::L2 => "l2",
+        DataSource::L3 => "l3",
+        DataSource::PeerCache => "peer",
+        DataSource::LocalDram => "dram",
+        DataSource::RemoteDram => "remote",
+        DataSource::ExtMem => "extmem",
+        DataSource::Unknown => "unknown",
+    }
+}
+
+/// Parses one line. `Ok(None)` for blank and comment-only lines.
+pub fn parse_line(line: &str) -> Result<Option<Sample>, TraceLineError> {
+    let content = line.split_once('#').map_or(line, |(before, _)| before);
+    let mut fields = [""; 10];
+    let mut count = 0;
+    for field in content.split_ascii_whitespace() {
+        if count < fields.len() {
+            fields[count] = field;
+        }
+        count += 1;
+    }
+    match count {
+        0 => return Ok(None),
+        9 | 10 => {}
+        n => return Err(TraceLineError::FieldCount(n)),
+    }
+    let u32_max = u64::from(u32::MAX);
+    let op = match fields[6] {
+        "L" => AccessOp::Load,
+        "S" => AccessOp::Store,
+        other => return Err(TraceLineError::Op(other.to_string())),
+    };
+    Ok(Some(Sample {
+        time_ns: decimal("time_ns", fields[0], u64::MAX)?,
+        cpu: decimal("cpu", fields[1], u32_max)? as u32,
+        pid: decimal("pid", fields[2], u32_max)? as u32,
+        tid: decimal("tid", fields[3], u32_max)? as u32,
+        vaddr: hex("vaddr", fields[4])?,
+        paddr: optional(fields[5], |v| hex("paddr", v))?,
+        op,
+        served_from: data_source(fields[7])?,
+        node: optional(fields[8], |v| {
+            decimal("node", v, u64::from(NodeId::MAX)).map(|n| n as NodeId)
+        })?,
+        latency: if count == 10 {
+            optional(fields[9], |v| {
+                decimal("latency", v, u32_max).map(|n| n as u32)
+            })?
+        } else {
+            None
+        },
+        source: SourceKind::Trace,
+    }))
+}
+
+/// Writes samples in the v1 format; what `pghotd --record` and the test tools use.
+pub struct TraceWriter<W: Write> {
+    out: W,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace with its header line.
+    pub fn new(mut out: W) -> io::Result<Self> {
+        writeln!(out, "{TRACE_HEADER}")?;
+        Ok(TraceWriter { out })
+    }
+
+    pub fn write_sample(&mut self, s: &Sample) -> io::Result<()> {
+        write!(
+            self.out,
+            "{} {} {} {} {:#x} ",
+            s.time_ns, s.cpu, s.pid, s.tid, s.vaddr
+        )?;
+        match s.paddr {
+            Some(p) => write!(self.out, "{p:#x} ")?,
+            None => write!(self.out, "- ")?,
+        }
+        let op = match s.op {
+            AccessOp::Load => 'L',
+            AccessOp::Store => 'S',
+        };
+        write!(self.out, "{op} {} ", data_source_name(s.served_from))?;
+        match s.node {
+            Some(n) => write!(self.out, "{n}")?,
+            None => write!(self.out, "-")?,
+        }
+        match s.latency {
+            Some(l) => writeln!(self.out, " {l}"),
+            None => writeln!(self.out),
+        }
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+/// A `Read` that waits with poll(2) in short slices so a stop request is seen within 100 ms,
+/// even on a FIFO or stdin with no data. Regular files are always readable and never wait.
+struct StoppableReader {
+    file: File,
+    stop: StopToken,
+}
+
+/// Marker error: the reader gave up because a stop was requested.
+#[derive(Debug)]
+struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+impl Read for StoppableReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.stop.is_stopped() {
+                return Err(io::Error::other(Stopped));
+            }
+            let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(100u8)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let ready = fds[0].revents().unwrap_or(PollFlags::empty());
+            if ready.is_empty() {
+                continue;
+            }
+            // The fd is readable or hung up, so this read does not block: it returns data, or
+            // 0 once every writer has closed (POLLHUP is only raised after a writer has been
+            // and gone, so a FIFO waiting for its first writer keeps us polling).
+            match self.file.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+/// Replays a pghot-trace v1 file, FIFO or stdin (`-`).
+pub struct TraceSource {
+    path: String,
+    reader: BufReader<StoppableReader>,
+}
+
+impl TraceSource {
+    /// Opens the trace. A FIFO is opened without waiting for a writer.
+    pub fn open(path: &str) -> Result<Self, SourceError> {
+        let open_err = |source| SourceError::TraceOpen {
+            path: path.to_string(),
+            source,
+        };
+        let file = if path == "-" {
+            let fd: OwnedFd = io::stdin().as_fd().try_clone_to_owned().map_err(open_err)?;
+            File::from(fd)
+        } else {
+            let meta = std::fs::metadata(path).map_err(open_err)?;
+            if meta.is_dir() {
+                return Err(open_err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "is a directory",
+                )));
+            }
+            let mut options = std::fs::OpenOptions::new();
+            options.read(true);
+            if meta.file_type().is_fifo() {
+                // A blocking open of a FIFO waits for a writer; poll does the waiting instead.
+                options.custom_flags(libc::O_NONBLOCK);
+            }
+            options.open(path).map_err(open_err)?
+        };
+        let reader = StoppableReader {
+            file,
+            stop: StopToken::new(),
+        };
+        Ok(TraceSource {
+            path: path.to_string(),
+            reader: BufReader::with_capacity(1 << 16, reader),
+        })
+    }
+}
+
+/// Reads one line into `line` (without the newline), at most [`MAX_LINE_BYTES`]; the rest of an
+/// over-long line is consumed and reported. `Ok(false)` at end of input.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+) -> io::Result<Option<Result<(), TraceLineError>>> {
+    line.clear();
+    let mut too_long = false;
+    let mut saw_any = false;
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(if saw_any {
+                Some(if too_long {
+                    Err(TraceLineError::TooLong)
+                } else {
+                    Ok(())
+                })
+            } else {
+                None
+            });
+        }
+        saw_any = true;
+        let (chunk, done) = match memchr_newline(available) {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if !too_long {
+            if line.len() + chunk.len() > MAX_LINE_BYTES {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = done.unwrap_or(available.len());
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(Some(if too_long {
+                Err(TraceLineError::TooLong)
+            } else {
+                Ok(())
+            }));
+        }
+    }
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+impl Source for TraceSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Trace
+    }
+
+    fn describe(&self) -> String {
+        format!("trace:{}", self.path)
+    }
+
+    fn run(&mut self, sink: &mut dyn SampleSink, stop: &StopToken) -> Result<(), SourceError> {
+        // The reader must see the daemon's token while it waits in poll.
+        self.reader.get_mut().stop = stop.clone();
+        let mut line = Vec::with_capacity(256);
+        let mut line_no: u64 = 0;
+        let mut bad: u64 = 0;
+        loop {
+            let outcome = match read_line_bounded(&mut self.reader, &mut line) {
+                Ok(None) => break,
+                Ok(Some(outcome)) => outcome,
+                Err(e) if e.get_ref().is_some_and(|inner| inner.is::<Stopped>()) => break,
+                Err(e) if stop.is_stopped() => {
+                    tracing::debug!(path = %self.path, "trace read ended by stop: {e}");
+                    break;
+                }
+                Err(source) => {
+                    return Err(SourceError::TraceRead {
+                        path: self.path.clone(),
+                        source,
+                    });
+                }
+            };
+            line_no += 1;
+            let parsed = outcome.and_then(|()| {
+                std::str::from_utf8(&line)
+                    .map_err(|_| TraceLineError::NotUtf8)
+                    .and_then(parse_line)
+            });
+            match parsed {
+                Ok(Some(sample)) => sink.record(&sample),
+                Ok(None) => {}
+                Err(reason) => {
+                    bad += 1;
+                    sink.count(Counter::TraceBadLines, 1);
+                    if bad <= LOGGED_BAD_LINES {
+                        tracing::warn!("{}:{line_no}: skipped malformed line: {reason}", self.path);
+                    }
+                    if bad == LOGGED_BAD_LINES {
+                        tracing::warn!(
+                            "{}: further malformed lines are only counted (trace_bad_lines)",
+                            self.path
+                        );
+                    }
+                }
+            }
+            // Poll the stop flag between lines too: a fast regular file never waits in poll.
+            if line_no.is_multiple_of(4096) && stop.is_stopped() {
+                break;
+            }
+        }
+        if bad > 0 {
+            tracing::warn!(
+                "{}: {bad} malformed line(s) skipped of {line_no}",
+                self.path
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Sample {
+        Sample {
+            time_ns: 1_000_000_000,
+            cpu: 1,
+            pid: 4242,
+            tid: 4243,
+            vaddr: 0x7f00_0000_1000,
+            paddr: Some(0x8000_a000),
+            op: AccessOp::Store,
+            served_from: DataSource::ExtMem,
+            node: Some(2),
+            latency: Some(310),
+            source: SourceKind::Trace,
+        }
+    }
+
+    #[test]
+    fn parses_full_and_minimal_lines() {
+        let s = parse_line("1000000000 1 4242 4243 0x7f0000001000 0x8000a000 S extmem 2 310")
+            .unwrap()
+            .unwrap();
+        assert_eq!(s, sample());
+        let s = parse_line("5 0 1 1 0x1000 - L unknown -  # trailing comment")
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.paddr, s.node, s.latency), (None, None, None));
+        assert_eq!(s.served_from, DataSource::Unknown);
+        assert_eq!(
+            parse_line("5 0 1 1 0x1000 - L dram 0 -")
+                .unwrap()
+                .unwrap()
+                .latency,
+            None
+        );
+    }
+
+    #[test]
+    fn blank_and_comment_lines_are_not_samples() {
+        assert_eq!(parse_line(""), Ok(None));
+        assert_eq!(parse_line("   \t "), Ok(None));
+        assert_eq!(parse_line(TRACE_HEADER), Ok(None));
+    }
+
+    #[test]
+    fn bad_lines_name_the_field_and_the_reason() {
+        let cases = [
+            ("1 2 3", "expected 9 or 10 fields, found 3"),
+            ("1 0 1 1 0x1 - L dram 0 1 extra", "found 11"),
+            ("x 0 1 1 0x1000 - L dram 0", "field time_ns: 'x'"),
+            ("1 -1 1 1 0x1000 - L dram 0", "field cpu: '-1'"),
+            ("1 0 4294967296 1 0x1000 - L dram 0", "field pid"),
+            ("1 0 1 1 1000 - L dram 0", "field vaddr: '1000' is not hex"),
+            ("1 0 1 1 0x - L dram 0", "field vaddr: '0x'"),
+            ("1 0 1 1 0x1000 0xzz L dram 0", "field paddr"),
+            ("1 0 1 1 0x1000 - R dram 0", "field op: 'R'"),
+            ("1 0 1 1 0x1000 - L cxl 0", "field src: 'cxl'"),
+            ("1 0 1 1 0x1000 - L dram 65536", "field node: '65536'"),
+            ("1 0 1 1 0x1000 - L dram 0 fast", "field latency: 'fast'"),
+        ];
+        for (line, want) in cases {
+            let err = parse_line(line).unwrap_err().to_string();
+            assert!(err.contains(want), "{line:?}: got {err:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn writer_output_parses_back_to_the_same_samples() {
+        let mut minimal = sample();
+        minimal.paddr = None;
+        minimal.node = None;
+        minimal.latency = None;
+        minimal.op = AccessOp::Load;
+        minimal.served_from = DataSource::PeerCache;
+        let mut writer = TraceWriter::new(Vec::new()).unwrap();
+        writer.write_sample(&sample()).unwrap();
+        writer.write_sample(&minimal).unwrap();
+        let text = String::from_utf8(writer.into_inner()).unwrap();
+        let parsed: Vec<Sample> = text
+            .lines()
+            .filter_map(|l| parse_line(l).unwrap())
+            .collect();
+        assert_eq!(parsed, vec![sample(), minimal]);
+    }
+
+    #[derive(Default)]
+    struct Collect {
+        samples: Vec<Sample>,
+        bad: u64,
+    }
+
+    impl SampleSink for Collect {
+        fn record(&mut self, sample: &Sample) {
+            self.samples.push(*sample);
+        }
+        fn count(&mut self, counter: Counter, n: u64) {
+            assert_eq!(counter, Counter::TraceBadLines);
+            self.bad += n;
+        }
+    }
+
+    #[test]
+    fn source_skips_bad_lines_and_keeps_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace");
+        let long = "9".repeat(MAX_LINE_BYTES + 10);
+        let mut text =
+            format!("{TRACE_HEADER}\n1 0 1 1 0x1000 - L dram 0\nbogus\n{long}\n").into_bytes();
+        text.extend_from_slice(b"\xff\n2 0 1 1 0x2000 - S extmem 2");
+        std::fs::write(&path, text).unwrap();
+        let mut src = TraceSource::open(path.to_str().unwrap()).unwrap();
+        let mut sink = Collect::default();
+        src.run(&mut sink, &StopToken::new()).unwrap();
+        assert_eq!(sink.samples.len(), 2);
+        assert_eq!(sink.samples[1].vaddr, 0x2000);
+        assert_eq!(sink.bad, 3);
+    }
+
+    #[test]
+    fn open_reports_missing_files_and_directories() {
+        let err = TraceSource::open("/nonexistent/x.trace").err().unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("opening trace /nonexistent/x.trace")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let err = TraceSource::open(dir.path().to_str().unwrap())
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("is a directory"), "{err}");
+    }
+
+    #[test]
+    fn fifo_ends_when_its_writer_closes_and_stops_on_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut src = TraceSource::open(fifo.to_str().unwrap()).unwrap();
+        let writer_path = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(writer_path)
+                .unwrap();
+            writeln!(f, "1 0 1 1 0x1000 - L dram 0").unwrap();
+            writeln!(f, "2 0 1 1 0x2000 - L dram 0").unwrap();
+        });
+        let mut sink = Collect::default();
+        src.run(&mut sink, &StopToken::new()).unwrap();
+        writer.join().unwrap();
+        assert_eq!(sink.samples.len(), 2);
+
+        // With no writer at all, the source waits until asked to stop.
+        let mut idle = TraceSource::open(fifo.to_str().unwrap()).unwrap();
+        let stop = StopToken::new();
+        let stopper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                stop.stop();
+            })
+        };
+        let mut sink = Collect::default();
+        idle.run(&mut sink, &stop).unwrap();
+        stopper.join().unwrap();
+        assert!(sink.samples.is_empty());
+    }
+}

@@ -1,0 +1,299 @@
+//! The counter registry: one set of monotonic atomics shared by every stage.
+//!
+//! Names are the seed's vmstat names (`pghot_recorded_accesses`, `hwhint_extmem_accesses`,
+//! `pgpromote_success`, ...) so a pghotd run reads like the pghot kernel's counters. Counters only
+//! ever grow; readers compute rates from two snapshots (a `Serialize` that reset them would let two
+//! readers steal each other's deltas).
+//!
+//! Hot-path writers do not touch these atomics per sample: each sampler thread keeps a
+//! [`LocalCounts`] and folds it in every few thousand samples (see `hotness::ingest`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::sampler::SourceKind;
+use crate::topology::NodeId;
+
+macro_rules! counters {
+    ($($(#[$doc:meta])* $variant:ident => $name:literal,)*) => {
+        /// Every global counter, in the order they are reported.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Counter {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Counter {
+            /// All counters, in report order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant,)*];
+
+            /// The counter's name as reported in stats and JSON.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Counter::$variant => $name,)*
+                }
+            }
+        }
+    };
+}
+
+counters! {
+    /// Every sample handed to pghotd by any source.
+    HwhintTotalEvents => "hwhint_total_events",
+    /// Samples that passed the filters (total minus dropped).
+    HwhintUsefulEvents => "hwhint_useful_events",
+    /// Samples dropped for any reason below, plus records a source lost.
+    HwhintDroppedEvents => "hwhint_dropped_events",
+    /// Useful samples served from (or resident on) top-tier memory.
+    HwhintDramAccesses => "hwhint_dram_accesses",
+    /// Useful samples served from (or resident on) lower-tier memory.
+    HwhintExtmemAccesses => "hwhint_extmem_accesses",
+    /// Useful samples served from a cache; they say nothing about memory placement.
+    HwhintCacheAccesses => "hwhint_cache_accesses",
+    /// Lower-tier samples recorded into the hotness table.
+    PghotRecordedAccesses => "pghot_recorded_accesses",
+    /// Dropped: pid 0 (idle or kernel context).
+    DropPidZero => "pghot_drop_pid_zero",
+    /// Dropped: no linear address in the sample.
+    DropNoAddress => "pghot_drop_no_address",
+    /// Dropped: kernel address.
+    DropKernelAddress => "pghot_drop_kernel_address",
+    /// Dropped: user address above the table's 52-bit key range.
+    DropAddressRange => "pghot_drop_address_range",
+    /// Dropped: process outside the managed scope.
+    DropOutOfScope => "pghot_drop_out_of_scope",
+    /// Dropped: neither the sample nor the physical map names the page's node.
+    DropUnknownNode => "pghot_drop_unknown_node",
+    /// Dropped: the page's node is not a memory node of this topology.
+    DropBadNode => "pghot_drop_bad_node",
+    /// Records lost by a source before pghotd saw them (ring overflow).
+    SourceLostRecords => "pghot_source_lost_records",
+    /// Tracked pages evicted (coldest first) to stay under `max_tracked_pages`.
+    PghotEvictedPages => "pghot_evicted_pages",
+    /// Pages that crossed `freq_threshold`. Each ends in exactly one outcome below:
+    /// success, ratelimited, already_toptier, no_target, queue_full, abandoned or a fail_*.
+    PgpromoteCandidate => "pgpromote_candidate",
+    /// Candidates with no top-tier node to go to (no `target_nid`, CPU of unknown node).
+    PgpromoteNoTarget => "pgpromote_no_target",
+    /// Candidates dropped because their node's migrator queue was full.
+    PgpromoteQueueFull => "pgpromote_queue_full",
+    /// Pages now on the destination node.
+    PgpromoteSuccess => "pgpromote_success",
+    /// Pages held back by the per-node rate limit.
+    PgpromoteRatelimited => "pgpromote_ratelimited",
+    /// Pages found already on a top-tier node when their batch ran.
+    PgpromoteAlreadyToptier => "pgpromote_already_toptier",
+    /// Pages held back because the destination's free memory is under the watermark.
+    PgpromoteFailWatermark => "pgpromote_fail_watermark",
+    /// The process had exited (ESRCH).
+    PgpromoteFailNoProcess => "pgpromote_fail_no_process",
+    /// Nothing mapped there any more, or swapped out (-ENOENT).
+    PgpromoteFailNotPresent => "pgpromote_fail_not_present",
+    /// No VMA, zero page or unmovable mapping (-EFAULT).
+    PgpromoteFailFault => "pgpromote_fail_fault",
+    /// Page shared with another process; needs MPOL_MF_MOVE_ALL (-EACCES per page).
+    PgpromoteFailShared => "pgpromote_fail_shared",
+    /// Page could not be isolated right now (-EBUSY).
+    PgpromoteFailBusy => "pgpromote_fail_busy",
+    /// The destination could not allocate (ENOMEM).
+    PgpromoteFailNomem => "pgpromote_fail_nomem",
+    /// Destination outside the target's cpuset (whole-call EACCES).
+    PgpromoteFailNotAllowed => "pgpromote_fail_not_allowed",
+    /// Destination is not an online memory node (ENODEV).
+    PgpromoteFailNoNode => "pgpromote_fail_no_node",
+    /// pghotd may not touch that process (EPERM).
+    PgpromoteFailPermission => "pgpromote_fail_permission",
+    /// The kernel tried and left the page where it was (positive return of move_pages).
+    PgpromoteFailNotMigrated => "pgpromote_fail_not_migrated",
+    /// Any other errno.
+    PgpromoteFailOther => "pgpromote_fail_other",
+    /// Queued pages abandoned by a stop before their batch ran.
+    PgpromoteAbandoned => "pgpromote_abandoned",
+    /// move_pages(2) calls made (query and move).
+    MigratorSyscalls => "migrator_move_pages_calls",
+    /// Malformed lines skipped by the trace source.
+    TraceBadLines => "trace_bad_lines",
+}
+
+/// Number of global counters.
+pub const COUNTER_COUNT: usize = Counter::ALL.len();
+
+/// Highest node id pghotd keeps per-node counters for (the kernel's MAX_NUMNODES is 1024).
+pub const MAX_NODES: usize = 1024;
+
+/// The shared registry. Cheap to read at any time; never reset.
+pub struct Stats {
+    counters: [AtomicU64; COUNTER_COUNT],
+    per_source: [AtomicU64; SourceKind::ALL.len()],
+    promoted_bytes_per_node: Box<[AtomicU64]>,
+    promoted_pages_per_node: Box<[AtomicU64]>,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stats {
+    pub fn new() -> Self {
+        Stats {
+            counters: std::array::from_fn(|_| AtomicU64::new(0)),
+            per_source: std::array::from_fn(|_| AtomicU64::new(0)),
+            promoted_bytes_per_node: (0..MAX_NODES).map(|_| AtomicU64::new(0)).collect(),
+            promoted_pages_per_node: (0..MAX_NODES).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    pub fn add(&self, counter: Counter, n: u64) {
+        if n != 0 {
+            self.counters[counter as usize].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self, counter: Counter) -> u64 {
+        self.counters[counter as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn source_samples(&self, kind: SourceKind) -> u64 {
+        self.per_source[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// Accounts pages that reached `node`.
+    pub fn add_promoted(&self, node: NodeId, pages: u64, bytes: u64) {
+        self.add(Counter::PgpromoteSuccess, pages);
+        if let Some(slot) = self.promoted_bytes_per_node.get(usize::from(node)) {
+            slot.fetch_add(bytes, Ordering::Relaxed);
+        }
+        if let Some(slot) = self.promoted_pages_per_node.get(usize::from(node)) {
+            slot.fetch_add(pages, Ordering::Relaxed);
+        }
+    }
+
+    pub fn promoted_bytes(&self, node: NodeId) -> u64 {
+        self.promoted_bytes_per_node
+            .get(usize::from(node))
+            .map_or(0, |a| a.load(Ordering::Relaxed))
+    }
+
+    /// Folds a thread's local counts into the registry and zeroes them.
+    pub fn absorb(&self, local: &mut LocalCounts) {
+        for (i, n) in local.counters.iter_mut().enumerate() {
+            if *n != 0 {
+                self.counters[i].fetch_add(*n, Ordering::Relaxed);
+                *n = 0;
+            }
+        }
+        for (i, n) in local.per_source.iter_mut().enumerate() {
+            if *n != 0 {
+                self.per_source[i].fetch_add(*n, Ordering::Relaxed);
+                *n = 0;
+            }
+        }
+    }
+
+    /// A point-in-time copy of every counter, named as reported.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let mut counters = BTreeMap::new();
+        for &c in Counter::ALL {
+            counters.insert(c.name().to_string(), self.get(c));
+        }
+        for &kind in SourceKind::ALL {
+            counters.insert(
+                format!("source_{}_samples", kind.name()),
+                self.source_samples(kind),
+            );
+        }
+        for (node, bytes) in self.promoted_bytes_per_node.iter().enumerate() {
+            let bytes = bytes.load(Ordering::Relaxed);
+            if bytes != 0 {
+                let pages = self.promoted_pages_per_node[node].load(Ordering::Relaxed);
+                counters.insert(format!("pgpromote_success_node{node}"), pages);
+                counters.insert(format!("pgpromote_bytes_node{node}"), bytes);
+            }
+        }
+        StatsSnapshot { counters }
+    }
+}
+
+/// Counters as written by `--stats-json` and read back by tests and tools.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StatsSnapshot {
+    pub counters: BTreeMap<String, u64>,
+}
+
+impl StatsSnapshot {
+    /// A counter by name; absent counters read as zero.
+    pub fn get(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// Per-thread counts, folded into [`Stats`] in bulk so that sampler threads do not bounce a
+/// shared cache line on every sample.
+#[derive(Debug, Clone)]
+pub struct LocalCounts {
+    counters: [u64; COUNTER_COUNT],
+    per_source: [u64; SourceKind::ALL.len()],
+}
+
+impl Default for LocalCounts {
+    fn default() -> Self {
+        LocalCounts {
+            counters: [0; COUNTER_COUNT],
+            per_source: [0; SourceKind::ALL.len()],
+        }
+    }
+}
+
+impl LocalCounts {
+    #[inline]
+    pub fn bump(&mut self, counter: Counter) {
+        self.counters[counter as usize] += 1;
+    }
+
+    #[inline]
+    pub fn bump_source(&mut self, kind: SourceKind) {
+        self.per_source[kind as usize] += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_snapshot_lists_them_all() {
+        let mut names: Vec<_> = Counter::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), COUNTER_COUNT);
+        let snap = Stats::new().snapshot();
+        for name in names {
+            assert_eq!(snap.counters.get(name), Some(&0), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn absorb_moves_local_counts_and_zeroes_them() {
+        let stats = Stats::new();
+        let mut local = LocalCounts::default();
+        local.bump(Counter::HwhintTotalEvents);
+        local.bump(Counter::HwhintTotalEvents);
+        local.bump_source(SourceKind::Trace);
+        stats.absorb(&mut local);
+        stats.absorb(&mut local);
+        assert_eq!(stats.get(Counter::HwhintTotalEvents), 2);
+        assert_eq!(stats.source_samples(SourceKind::Trace), 1);
+    }
+
+    #[test]
+    fn promoted_bytes_are_per_node() {
+        let stats = Stats::new();
+        stats.add_promoted(1, 2, 8192);
+        let snap = stats.snapshot();
+        assert_eq!(snap.get("pgpromote_success"), 2);
+        assert_eq!(snap.get("pgpromote_bytes_node1"), 8192);
+        assert_eq!(snap.get("pgpromote_success_node1"), 2);
+        assert_eq!(snap.get("pgpromote_bytes_node0"), 0);
+    }
+}
