@@ -1,0 +1,67 @@
+//! Shared harness for the integration tests: run `pghotd`, show everything on failure.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The 3-node QEMU sysfs snapshot: nodes 0-1 DRAM with a CPU each, node 2 CPU-less lower tier.
+pub fn qemu_3node() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node")
+}
+
+pub fn pghotd() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotd"));
+    cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+/// Runs a command and returns its output, panicking with cmd/stdout/stderr if `expect_ok`
+/// does not match its success.
+pub fn run(cmd: &mut Command, expect_ok: bool) -> Output {
+    let out = cmd.output().expect("spawning pghotd");
+    if out.status.success() != expect_ok {
+        panic!(
+            "\ncommand: {cmd:?}\nstatus: {}\n--- stdout\n{}\n--- stderr\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out
+}
+
+/// Counters from a `--stats-json` file.
+pub fn counters(path: &Path) -> serde_json::Map<String, serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("stats json written");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("stats json parses");
+    doc["counters"]
+        .as_object()
+        .expect("counters object")
+        .clone()
+}
+
+/// Asserts the named counters and that every other `pgpromote_*`/`pghot_drop_*` counter is 0.
+pub fn assert_counters(got: &serde_json::Map<String, serde_json::Value>, want: &[(&str, u64)]) {
+    let mut problems = Vec::new();
+    for (name, value) in got {
+        let value = value.as_u64().unwrap_or(u64::MAX);
+        match want.iter().find(|(n, _)| n == name) {
+            Some(&(_, w)) if w != value => problems.push(format!("{name}: got {value}, want {w}")),
+            None if value != 0 && !name.starts_with("migrator_") => {
+                problems.push(format!("{name}: got {value}, want 0"))
+            }
+            _ => {}
+        }
+    }
+    for (name, _) in want {
+        if !got.contains_key(*name) {
+            problems.push(format!("{name}: missing"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "counter mismatches:\n{}\nall: {got:#?}",
+        problems.join("\n")
+    );
+}
