@@ -197,7 +197,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         let stop = stop.clone();
         let thread = spawn(format!("pghot-src/{index}"), move || {
             let result = source.run(&mut recorder, &stop);
-            recorder.flush();
+            recorder.finish();
             let _ = tx.send(Event::SourceEnded { index, result });
         })?;
         tracing::info!("source {index}: {describe}");

@@ -61,10 +61,13 @@ counters! {
     DropAddressRange => "pghot_drop_address_range",
     /// Dropped: process outside the managed scope.
     DropOutOfScope => "pghot_drop_out_of_scope",
-    /// Dropped: neither the sample nor the physical map names the page's node.
+    /// Dropped: the page's node is unknown (no node in the sample, and the kernel does not
+    /// know the page: not present, or the process has exited).
     DropUnknownNode => "pghot_drop_unknown_node",
     /// Dropped: the page's node is not a memory node of this topology.
     DropBadNode => "pghot_drop_bad_node",
+    /// move_pages(2) queries made to find the node of samples that carried none.
+    PghotNodeQueries => "pghot_node_queries",
     /// Records lost by a source before pghotd saw them (ring overflow).
     SourceLostRecords => "pghot_source_lost_records",
     /// Tracked pages evicted (coldest first) to stay under `max_tracked_pages`.
@@ -249,6 +252,11 @@ impl LocalCounts {
     #[inline]
     pub fn bump(&mut self, counter: Counter) {
         self.counters[counter as usize] += 1;
+    }
+
+    #[inline]
+    pub fn add(&mut self, counter: Counter, n: u64) {
+        self.counters[counter as usize] += n;
     }
 
     #[inline]

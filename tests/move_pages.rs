@@ -122,6 +122,10 @@ fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
     line(4_000_000, 0x7f00_0000_0000, "2", "extmem");
     // One page sampled once: below freq_threshold 2.
     line(pid, child.base + 6 * PAGE, "2", "extmem");
+    // No node in the sample: pghotd asks the kernel. A touched page is found on node 0 (top
+    // tier); an untouched one is unknown to the kernel and dropped.
+    line(pid, child.base + 7 * PAGE, "-", "unknown");
+    line(pid, child.base + 41 * PAGE, "-", "unknown");
     t.push_str("this line is malformed\n");
     std::fs::write(&trace, t).unwrap();
 
@@ -140,19 +144,21 @@ fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
     child.child.wait().unwrap();
 
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(":19: skipped malformed line"), "{stderr}");
+    assert!(stderr.contains(":21: skipped malformed line"), "{stderr}");
     let c = util::counters(&stats);
     util::assert_counters(
         &c,
         &[
-            ("hwhint_total_events", 17),
-            ("hwhint_useful_events", 16),
-            ("hwhint_dropped_events", 1),
+            ("hwhint_total_events", 19),
+            ("hwhint_useful_events", 17),
+            ("hwhint_dropped_events", 2),
             ("pghot_drop_out_of_scope", 1),
-            ("hwhint_dram_accesses", 1),
+            ("pghot_drop_unknown_node", 1),
+            ("pghot_node_queries", 1),
+            ("hwhint_dram_accesses", 2),
             ("hwhint_extmem_accesses", 15),
             ("pghot_recorded_accesses", 15),
-            ("source_trace_samples", 17),
+            ("source_trace_samples", 19),
             ("trace_bad_lines", 1),
             ("pgpromote_candidate", 7),
             ("pgpromote_already_toptier", 4),

@@ -3,17 +3,20 @@
 //! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
 //! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
 //! [`FLUSH_EVERY`] samples and when it is dropped. No allocation and no shared lock per sample
-//! except the one hotness shard the page hashes to.
+//! except the one hotness shard the page hashes to. Samples without a node are held back and
+//! resolved in batches (see `resolve`).
 
 use std::collections::HashSet;
 use std::io::BufWriter;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 
+use super::resolve::{NodeResolver, Resolved};
 use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+use crate::migrator::mover::{Mover, SysMover};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{DataSource, Sample, SampleSink, SourceKind};
 use crate::stats::{Counter, LocalCounts, Stats};
@@ -76,6 +79,9 @@ pub struct Ingest {
     /// Candidate queue of each lower-tier node's migrator, by node id.
     queues: Vec<Option<Sender<Candidate>>>,
     record_to: Option<Mutex<TraceWriter<BufWriter<std::fs::File>>>>,
+    record_failed: AtomicBool,
+    /// Makes each recorder's move_pages query handle.
+    node_lookup: Box<dyn Fn() -> Box<dyn Mover> + Send + Sync>,
 }
 
 impl Ingest {
@@ -124,6 +130,8 @@ impl Ingest {
             node_target,
             queues: by_node,
             record_to: None,
+            record_failed: AtomicBool::new(false),
+            node_lookup: Box::new(|| Box::new(SysMover)),
         }
     }
 
@@ -152,7 +160,18 @@ impl Ingest {
             ingest: Arc::clone(self),
             local: LocalCounts::default(),
             pending: 0,
+            resolver: NodeResolver::new((self.node_lookup)()),
+            resolved: Vec::with_capacity(super::resolve::RESOLVE_BATCH),
         }
+    }
+
+    /// Replaces how recorders ask the kernel for the node of a page (tests use a fake).
+    pub fn with_node_lookup(
+        mut self,
+        lookup: impl Fn() -> Box<dyn Mover> + Send + Sync + 'static,
+    ) -> Ingest {
+        self.node_lookup = Box::new(lookup);
+        self
     }
 
     /// Flushes the `--record` trace, if any.
@@ -189,6 +208,8 @@ pub struct Recorder {
     ingest: Arc<Ingest>,
     local: LocalCounts,
     pending: u32,
+    resolver: NodeResolver,
+    resolved: Vec<Resolved>,
 }
 
 impl Recorder {
@@ -198,9 +219,18 @@ impl Recorder {
         self.local.bump(Counter::HwhintDroppedEvents);
     }
 
+    /// Folds the local counts into the registry.
     pub fn flush(&mut self) {
         self.ingest.stats.absorb(&mut self.local);
         self.pending = 0;
+    }
+
+    /// Resolves every deferred sample and flushes: call when the source has ended.
+    pub fn finish(&mut self) {
+        if self.resolver.has_deferred() {
+            self.resolve_deferred();
+        }
+        self.flush();
     }
 
     fn offer(&mut self, candidate: Candidate) {
@@ -217,51 +247,65 @@ impl Recorder {
             },
             None => false,
         };
-        if !sent {
+        if sent {
+            // The page is about to move: do not trust a cached node for it.
+            self.resolver.forget(candidate.key);
+        } else {
             self.local.bump(Counter::PgpromoteQueueFull);
             self.ingest.table.unqueue(candidate.key);
         }
     }
-}
 
-impl SampleSink for Recorder {
+    /// The filters that need no node: pid, address, scope.
     #[inline]
-    fn record(&mut self, s: &Sample) {
-        self.local.bump(Counter::HwhintTotalEvents);
-        self.local.bump_source(s.source);
-        self.pending += 1;
-        if self.pending >= FLUSH_EVERY {
-            self.flush();
-        }
-        if let Some(writer) = &self.ingest.record_to
-            && let Err(e) = writer.lock().write_sample(s)
-        {
-            tracing::error!("writing the sample recording failed, recording stops: {e}");
-        }
+    fn admit(&mut self, s: &Sample) -> Option<PageKey> {
+        let reason = if s.pid == 0 {
+            Counter::DropPidZero
+        } else if s.vaddr == 0 {
+            Counter::DropNoAddress
+        } else if s.vaddr & KERNEL_ADDRESS_BIT != 0 {
+            Counter::DropKernelAddress
+        } else {
+            match PageKey::new(s.pid, s.vaddr) {
+                None => Counter::DropAddressRange,
+                Some(_) if !self.ingest.scope.contains(s.pid) => Counter::DropOutOfScope,
+                Some(key) => return Some(key),
+            }
+        };
+        self.drop_sample(reason);
+        None
+    }
 
-        if s.pid == 0 {
-            return self.drop_sample(Counter::DropPidZero);
-        }
-        if s.vaddr == 0 {
-            return self.drop_sample(Counter::DropNoAddress);
-        }
-        if s.vaddr & KERNEL_ADDRESS_BIT != 0 {
-            return self.drop_sample(Counter::DropKernelAddress);
-        }
-        let Some(key) = PageKey::new(s.pid, s.vaddr) else {
-            return self.drop_sample(Counter::DropAddressRange);
-        };
+    /// The page's node as far as pghotd knows without asking the kernel.
+    #[inline]
+    fn known_node(&self, s: &Sample, key: PageKey) -> Option<NodeId> {
         let ingest = &*self.ingest;
-        if !ingest.scope.contains(s.pid) {
-            return self.drop_sample(Counter::DropOutOfScope);
+        s.paddr
+            .and_then(|p| ingest.topology.physmap().node_of(p))
+            .or(s.node)
+            .or_else(|| self.resolver.cached(key, s.time_ns))
+            .or_else(|| ingest.table.get(key).map(|e| e.node()))
+    }
+
+    fn resolve_deferred(&mut self) {
+        let mut resolved = std::mem::take(&mut self.resolved);
+        let before = self.resolver.queries();
+        self.resolver.resolve(&mut resolved);
+        self.local
+            .add(Counter::PghotNodeQueries, self.resolver.queries() - before);
+        for r in resolved.drain(..) {
+            match r.node {
+                Some(node) => self.process(&r.sample, r.key, node),
+                None => self.drop_sample(Counter::DropUnknownNode),
+            }
         }
-        let node = match s.paddr.and_then(|p| ingest.topology.physmap().node_of(p)) {
-            Some(node) => node,
-            None => match s.node {
-                Some(node) => node,
-                None => return self.drop_sample(Counter::DropUnknownNode),
-            },
-        };
+        self.resolved = resolved;
+    }
+
+    /// Classifies and records a sample whose node is known.
+    #[inline]
+    fn process(&mut self, s: &Sample, key: PageKey, node: NodeId) {
+        let ingest = &*self.ingest;
         let class = ingest.class(node);
         if class == NodeClass::Absent {
             return self.drop_sample(Counter::DropBadNode);
@@ -306,6 +350,36 @@ impl SampleSink for Recorder {
             }
         }
     }
+}
+
+impl SampleSink for Recorder {
+    #[inline]
+    fn record(&mut self, s: &Sample) {
+        self.local.bump(Counter::HwhintTotalEvents);
+        self.local.bump_source(s.source);
+        self.pending += 1;
+        if self.pending >= FLUSH_EVERY {
+            self.flush();
+        }
+        if let Some(writer) = &self.ingest.record_to
+            && !self.ingest.record_failed.load(Ordering::Relaxed)
+            && let Err(e) = writer.lock().write_sample(s)
+        {
+            self.ingest.record_failed.store(true, Ordering::Relaxed);
+            tracing::error!("writing the sample recording failed, recording stops: {e}");
+        }
+        let Some(key) = self.admit(s) else {
+            return;
+        };
+        match self.known_node(s, key) {
+            Some(node) => self.process(s, key, node),
+            None => {
+                if self.resolver.defer(s, key) {
+                    self.resolve_deferred();
+                }
+            }
+        }
+    }
 
     fn count(&mut self, counter: Counter, n: u64) {
         if counter == Counter::SourceLostRecords {
@@ -320,7 +394,7 @@ impl SampleSink for Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.flush();
+        self.finish();
     }
 }
 
@@ -328,6 +402,7 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use crate::hotness::HotPolicy;
+    use crate::migrator::mover::fake::FakeMover;
     use crate::sampler::AccessOp;
     use crate::topology::SysfsRoot;
     use crossbeam_channel::Receiver;
@@ -351,6 +426,8 @@ mod tests {
             ..HotPolicy::default()
         };
         let (tx, rx) = crossbeam_channel::bounded(queue);
+        let lookup = FakeMover::default();
+        lookup.0.lock().pages.insert((100, 0x7000), 2);
         let ingest = Ingest::new(
             Arc::new(HotTable::new(4096, policy)),
             Arc::clone(&stats),
@@ -361,7 +438,8 @@ mod tests {
             },
             target,
             vec![(2, tx)],
-        );
+        )
+        .with_node_lookup(move || Box::new(lookup.clone()));
         (Arc::new(ingest), stats, rx)
     }
 
@@ -392,7 +470,7 @@ mod tests {
         r.record(&sample(100, 1 << 53, Some(2), ext));
         r.record(&sample(200, 0x1000, Some(2), ext)); // not managed
         r.record(&sample(1, 0x1000, Some(2), ext)); // pghotd itself
-        r.record(&sample(100, 0x1000, None, ext));
+        r.record(&sample(100, 0x1000, None, ext)); // the kernel does not know it either
         r.record(&sample(100, 0x1000, Some(7), ext));
         r.record(&sample(100, 0x1000, Some(2), ext)); // useful
         drop(r);
@@ -408,6 +486,26 @@ mod tests {
         assert_eq!(s.get("hwhint_dropped_events"), 8);
         assert_eq!(s.get("hwhint_useful_events"), 1);
         assert_eq!(s.get("source_trace_samples"), 9);
+        assert_eq!(s.get("pghot_node_queries"), 1);
+    }
+
+    #[test]
+    fn samples_without_a_node_are_resolved_by_the_kernel() {
+        let (ingest, stats, rx) = setup(&[], None, 16);
+        let mut r = ingest.recorder();
+        // 0x7000 is on node 2 in the fake; two samples make it a candidate once resolved.
+        r.record(&sample(100, 0x7000, None, DataSource::Unknown));
+        r.record(&sample(100, 0x7040, None, DataSource::Unknown));
+        assert!(rx.is_empty(), "held back until the batch is resolved");
+        r.finish();
+        assert_eq!(rx.try_recv().unwrap().key.vaddr(), 0x7000);
+        // Now tracked: its node comes from the table, no new query.
+        r.record(&sample(100, 0x7000, None, DataSource::Unknown));
+        r.finish();
+        let s = stats.snapshot();
+        assert_eq!(s.get("pghot_node_queries"), 1);
+        assert_eq!(s.get("pghot_recorded_accesses"), 3);
+        assert_eq!(s.get("hwhint_extmem_accesses"), 3);
     }
 
     #[test]

@@ -19,6 +19,7 @@
 
 pub mod entry;
 pub mod ingest;
+pub mod resolve;
 mod shard;
 
 use std::sync::atomic::{AtomicU32, Ordering};
