@@ -140,26 +140,27 @@ fn stdin_source_replays_until_eof() {
     assert_eq!(util::counters(&stats)["pgpromote_success"], 20);
 }
 
-#[test]
-fn fifo_source_ends_when_the_writer_closes_and_record_round_trips() {
-    let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("samples.fifo");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
-    let stats = dir.path().join("stats.json");
-    let recording = dir.path().join("rec.trace");
-    let child = util::pghotd()
-        .arg("--source")
+/// A FIFO in `dir` and a dry-run `pghotd` reading it, writing stats to `dir/stats.json`.
+fn on_fifo(dir: &std::path::Path) -> (std::path::PathBuf, Command) {
+    let fifo = dir.join("samples.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut cmd = util::pghotd();
+    cmd.arg("--source")
         .arg(format!("trace:{}", fifo.display()))
         .args(["--dry-run", "--sysfs-root"])
         .arg(util::qemu_3node())
         .arg("--stats-json")
-        .arg(&stats)
+        .arg(dir.join("stats.json"));
+    (fifo, cmd)
+}
+
+#[test]
+fn fifo_source_ends_when_the_writer_closes_and_record_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let recording = dir.path().join("rec.trace");
+    let (fifo, mut cmd) = on_fifo(dir.path());
+    let child = cmd
         .arg("--record")
         .arg(&recording)
         .stderr(Stdio::null())
@@ -192,25 +193,9 @@ fn fifo_source_ends_when_the_writer_closes_and_record_round_trips() {
 #[test]
 fn sigterm_stops_within_a_second_and_flushes_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("idle.fifo");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
     let stats = dir.path().join("stats.json");
-    let mut child = util::pghotd()
-        .arg("--source")
-        .arg(format!("trace:{}", fifo.display()))
-        .args(["--dry-run", "--sysfs-root"])
-        .arg(util::qemu_3node())
-        .arg("--stats-json")
-        .arg(&stats)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (fifo, mut cmd) = on_fifo(dir.path());
+    let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     // Feed some samples and keep the FIFO open so the source never ends by itself.
     let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
     w.write_all(lower_tier_trace(&[900_001], 10, 2).as_bytes())
@@ -235,23 +220,9 @@ fn sigterm_stops_within_a_second_and_flushes_counters() {
 #[test]
 fn duration_ends_a_run_on_an_idle_source() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("idle.fifo");
-    assert!(
-        Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success()
-    );
+    let (_fifo, mut cmd) = on_fifo(dir.path());
     let started = Instant::now();
-    util::run(
-        util::pghotd()
-            .arg("--source")
-            .arg(format!("trace:{}", fifo.display()))
-            .args(["--dry-run", "--duration", "0.3", "--sysfs-root"])
-            .arg(util::qemu_3node()),
-        true,
-    );
+    util::run(cmd.args(["--duration", "0.3"]), true);
     let took = started.elapsed();
     assert!(
         took >= Duration::from_millis(300) && took < Duration::from_secs(2),

@@ -141,6 +141,17 @@ impl HotTable {
         (&self.shards[(hash & self.shard_mask) as usize], hash)
     }
 
+    /// Locks the key's shard and advances the shard's clock to `now_ms`.
+    #[inline]
+    fn lock_at(&self, key: PageKey, now_ms: u32) -> (parking_lot::MutexGuard<'_, Shard>, u64) {
+        let (lock, hash) = self.shard_of(key);
+        let mut shard = lock.lock();
+        if elapsed_ms(now_ms, shard.now_ms) > 0 {
+            shard.now_ms = now_ms;
+        }
+        (shard, hash)
+    }
+
     /// Records an access to a lower-tier page.
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
@@ -148,11 +159,7 @@ impl HotTable {
         let window = self.promote_window_ms.load(Ordering::Relaxed);
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
-        let (lock, hash) = self.shard_of(access.key);
-        let mut shard = lock.lock();
-        if elapsed_ms(now, shard.now_ms) > 0 {
-            shard.now_ms = now;
-        }
+        let (mut shard, hash) = self.lock_at(access.key, now);
         let i = match shard.find(access.key, hash) {
             Slot::Found(i) => i,
             Slot::Vacant(mut i) => {
@@ -199,11 +206,7 @@ impl HotTable {
     pub fn touch(&self, access: &Access) {
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
-        let (lock, hash) = self.shard_of(access.key);
-        let mut shard = lock.lock();
-        if elapsed_ms(now, shard.now_ms) > 0 {
-            shard.now_ms = now;
-        }
+        let (mut shard, hash) = self.lock_at(access.key, now);
         if let Slot::Found(i) = shard.find(access.key, hash) {
             let e = shard.get_mut(i);
             e.heat = decayed(e.heat, e.last_ms, now, halflife).saturating_add(HEAT_ONE);
