@@ -13,3 +13,4 @@ pub mod migrator;
 pub mod sampler;
 pub mod stats;
 pub mod topology;
+pub mod workload;
