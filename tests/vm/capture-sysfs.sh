@@ -24,8 +24,10 @@
 # (seconds, default 300) bounds the boot. Needs root only for fetch-guest.sh.
 set -euo pipefail
 
-log() { printf 'capture-sysfs: %s\n' "$*" >&2; }
-die() { log "$*"; exit 1; }
+PGHOT_VM_PROG=capture-sysfs
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
 
 usage() {
 	echo "usage: $0 3node|4node DEST" >&2
@@ -35,56 +37,8 @@ usage() {
 topology=$1
 dest=$2
 
-here=$(cd "$(dirname "$0")" && pwd)
-
-# --- topology -----------------------------------------------------------------------------
-# hmat_lb I T LATENCY_NS BANDWIDTH: latency and bandwidth from initiator I to target T.
-hmat_lb() {
-	qemu_topo+=(-numa "hmat-lb,initiator=$1,target=$2,hierarchy=memory,data-type=access-latency,latency=$3")
-	qemu_topo+=(-numa "hmat-lb,initiator=$1,target=$2,hierarchy=memory,data-type=access-bandwidth,bandwidth=$4")
-}
-# mem_node N [cpus=C] INITIATOR: a 1 GiB node backed by its own RAM object.
-mem_node() {
-	local n=$1 cpus=$2 initiator=$3
-	qemu_topo+=(-object "memory-backend-ram,id=m$n,size=1G")
-	qemu_topo+=(-numa "node,memdev=m$n,${cpus:+cpus=$cpus,}nodeid=$n,initiator=$initiator")
-}
-
-qemu_topo=()
-case $topology in
-3node)
-	qemu_topo+=(-m 3G -smp 2 -machine hmat=on)
-	mem_node 0 0 0
-	mem_node 1 1 1
-	mem_node 2 "" 0
-	qemu_topo+=(-numa dist,src=0,dst=1,val=12 -numa dist,src=0,dst=2,val=50 -numa dist,src=1,dst=2,val=50)
-	hmat_lb 0 0 100 100G
-	hmat_lb 1 1 100 100G
-	hmat_lb 0 1 140 60G
-	hmat_lb 1 0 140 60G
-	hmat_lb 0 2 300 20G
-	;;
-4node)
-	qemu_topo+=(-m 4G -smp 2 -machine hmat=on)
-	mem_node 0 0 0
-	mem_node 1 1 1
-	mem_node 2 "" 0
-	mem_node 3 "" 1
-	qemu_topo+=(-numa dist,src=0,dst=1,val=12 -numa dist,src=0,dst=2,val=50 -numa dist,src=0,dst=3,val=60)
-	qemu_topo+=(-numa dist,src=1,dst=2,val=60 -numa dist,src=1,dst=3,val=50 -numa dist,src=2,dst=3,val=70)
-	hmat_lb 0 0 100 100G
-	hmat_lb 1 1 100 100G
-	hmat_lb 0 1 140 60G
-	hmat_lb 1 0 140 60G
-	hmat_lb 0 2 300 20G
-	hmat_lb 1 3 300 20G
-	hmat_lb 1 2 360 15G
-	hmat_lb 0 3 360 15G
-	;;
-*)
-	usage
-	;;
-esac
+# --- topology (lib.sh) --------------------------------------------------------------------
+pghot_vm_topology "$topology" || usage
 
 # --- destination --------------------------------------------------------------------------
 if [ -e "$dest" ]; then
@@ -95,21 +49,11 @@ if [ -e "$dest" ]; then
 fi
 
 # --- guest kernel and busybox -------------------------------------------------------------
-if [ -z "${PGHOT_VM_VMLINUZ:-}" ] || [ -z "${PGHOT_VM_BUSYBOX:-}" ]; then
-	eval "$("$here/fetch-guest.sh")"
-fi
-[ -r "$PGHOT_VM_VMLINUZ" ] || die "$PGHOT_VM_VMLINUZ: kernel image not readable"
-[ -x "$PGHOT_VM_BUSYBOX" ] || die "$PGHOT_VM_BUSYBOX: busybox not executable"
-command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; run tests/vm/fetch-guest.sh as root"
-command -v cpio >/dev/null || die "cpio not found; run tests/vm/fetch-guest.sh as root"
+pghot_vm_guest
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/pghot-capture.XXXXXX")
-qemu_pid=
 cleanup() {
-	if [ -n "$qemu_pid" ] && kill -0 "$qemu_pid" 2>/dev/null; then
-		kill "$qemu_pid" 2>/dev/null || true
-		wait "$qemu_pid" 2>/dev/null || true
-	fi
+	pghot_vm_kill_guest
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -117,8 +61,7 @@ trap 'exit 130' INT TERM
 
 # --- initramfs ----------------------------------------------------------------------------
 root=$work/initramfs
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run}
-cp "$PGHOT_VM_BUSYBOX" "$root/bin/busybox"
+pghot_vm_initramfs_root "$root"
 cat > "$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox --install -s
@@ -173,22 +116,14 @@ echo PGHOT-SNAPSHOT-END
 poweroff -f
 INIT
 chmod 0755 "$root/init"
-(cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -9) > "$work/initramfs.gz"
+pghot_vm_pack "$root" "$work/initramfs.gz"
 
 # --- boot ---------------------------------------------------------------------------------
-qemu=(qemu-system-x86_64 -accel tcg -cpu max "${qemu_topo[@]}"
-	-kernel "$PGHOT_VM_VMLINUZ" -initrd "$work/initramfs.gz"
-	-append "console=ttyS0 panic=-1 quiet"
-	-nographic -nic none -no-reboot)
 timeout_s=${PGHOT_VM_TIMEOUT:-300}
 log "booting $topology guest ($(basename "$PGHOT_VM_VMLINUZ"))"
-timeout --kill-after=10 "$timeout_s" "${qemu[@]}" < /dev/null > "$work/console.raw" 2>&1 &
-qemu_pid=$!
 rc=0
-wait "$qemu_pid" || rc=$?
-qemu_pid=
-# The console carries \r and BIOS escape sequences; drop them before looking for the markers.
-tr -d '\r' < "$work/console.raw" | sed 's/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1bc//g' > "$work/console.log"
+pghot_vm_boot "$work/initramfs.gz" "console=ttyS0 panic=-1 quiet" "$work/console.raw" "$timeout_s" || rc=$?
+pghot_vm_clean_console "$work/console.raw" "$work/console.log"
 if [ "$rc" -ne 0 ] || ! grep -q '^PGHOT-SNAPSHOT-END$' "$work/console.log"; then
 	tail -n 40 "$work/console.log" >&2
 	[ "$rc" -eq 124 ] && die "guest did not power off within ${timeout_s}s (PGHOT_VM_TIMEOUT)"
@@ -214,7 +149,7 @@ find "$work/out/snap" -type f -exec chmod 0644 {} +
 	echo
 	echo "(the -initrd file is the temporary initramfs capture-sysfs.sh builds and deletes)"
 	echo
-	printf '%q ' "${qemu[@]}" | sed 's/ $//'
+	printf '%q ' "${PGHOT_VM_QEMU[@]}" | sed 's/ $//'
 	echo
 	echo
 	echo '## guest: dmesg | grep -i -E "demotion|tier|numa|hmat"'

@@ -40,8 +40,13 @@ command -v cpio >/dev/null 2>&1 || missing="$missing cpio"
 if [ -n "$missing" ]; then
 	apt_update
 	log "apt-get install$missing"
+	# By default apt may not remove anything to make room (a host with a newer qemu-utils from
+	# backports conflicts with bookworm's qemu-system). PGHOT_VM_ALLOW_REMOVE=1 (set by CI on its
+	# throwaway machine) lets it.
+	no_remove=--no-remove
+	[ "${PGHOT_VM_ALLOW_REMOVE:-0}" = 1 ] && no_remove=
 	# shellcheck disable=SC2086
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --no-remove $missing >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $no_remove $missing >&2
 fi
 
 mkdir -p "$cache"
@@ -70,7 +75,7 @@ if [ -z "$kernel_pkg" ]; then
 	kernel_pkg=$(printf '%s\n' "$kernels" | sed '/^$/d' | sort -V | tail -n 1)
 	if [ -z "$kernel_pkg" ]; then
 		# No apt metadata (offline?): fall back to the newest kernel already cached.
-		kernel_pkg=$(ls -1 "$cache" 2>/dev/null | grep -E "$kernel_re" | sort -V | tail -n 1 || true)
+		kernel_pkg=$(find "$cache" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' 2>/dev/null | grep -E "$kernel_re" | sort -V | tail -n 1 || true)
 		[ -n "$kernel_pkg" ] || die "apt offers no package matching $kernel_re and none is cached in $cache"
 		log "apt offers no 6.12 kernel; using cached $kernel_pkg"
 	fi
@@ -84,7 +89,7 @@ if [ ! -s "$kdir/vmlinuz-$kver" ]; then
 	rm -rf "$kdir.tmp"
 	mkdir -p "$kdir.tmp"
 	cp "$work/root/boot/vmlinuz-$kver" "$work/root/boot/config-$kver" "$kdir.tmp/"
-	ls "$work"/*.deb | sed 's|.*/||' > "$kdir.tmp/SOURCE"
+	find "$work" -maxdepth 1 -name '*.deb' -printf '%f\n' > "$kdir.tmp/SOURCE"
 	rm -rf "$work" "$kdir"
 	mv "$kdir.tmp" "$kdir"
 fi
@@ -92,14 +97,16 @@ fi
 # 3. busybox-static (any version will do; refreshed only when missing).
 bdir=$cache/busybox-static
 if [ ! -x "$bdir/busybox" ]; then
-	command -v apt-cache >/dev/null 2>&1 && [ -n "$(apt-cache policy busybox-static 2>/dev/null | grep 'Candidate: [0-9]')" ] || apt_update
+	if ! apt-cache policy busybox-static 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+		apt_update
+	fi
 	log "downloading busybox-static"
 	work=$(download_unpack busybox-static) || die "apt-get download busybox-static failed"
 	[ -x "$work/root/bin/busybox" ] || { rm -rf "$work"; die "busybox-static has no bin/busybox"; }
 	rm -rf "$bdir.tmp"
 	mkdir -p "$bdir.tmp"
 	cp "$work/root/bin/busybox" "$bdir.tmp/busybox"
-	ls "$work"/*.deb | sed 's|.*/||' > "$bdir.tmp/SOURCE"
+	find "$work" -maxdepth 1 -name '*.deb' -printf '%f\n' > "$bdir.tmp/SOURCE"
 	rm -rf "$work" "$bdir"
 	mv "$bdir.tmp" "$bdir"
 fi

@@ -1,0 +1,147 @@
+# shellcheck shell=bash
+# Shared pieces of the QEMU scripts in tests/vm/ (sourced, not run): the tiered NUMA topologies,
+# the guest kernel and busybox, the initramfs, the boot and the console clean-up.
+#
+# A script sets PGHOT_VM_PROG (its name for messages) and then sources this file:
+#   here=$(cd "$(dirname "$0")" && pwd); . "$here/lib.sh"
+# Nothing here runs at source time except defining functions and empty globals.
+
+PGHOT_VM_PROG=${PGHOT_VM_PROG:-pghot-vm}
+PGHOT_VM_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PGHOT_VM_TOPO=()      # set by pghot_vm_topology
+PGHOT_VM_QEMU=()      # the last command pghot_vm_boot ran
+PGHOT_VM_QEMU_PID=    # set while a guest runs; pghot_vm_kill_guest ends it
+
+log() { printf '%s: %s\n' "$PGHOT_VM_PROG" "$*" >&2; }
+die() {
+	log "$*"
+	exit 1
+}
+
+# pghot_vm_topology 3node|4node: fill PGHOT_VM_TOPO with the QEMU arguments of the topology.
+# 1 GiB per node, -smp 2, node N's CPU is cpu N, HMAT on:
+#   3node  two DRAM nodes (0, 1) and one CPU-less node 2 behind node 0
+#          distances 0-1=12 0-2=50 1-2=50
+#   4node  two DRAM nodes (0, 1) and two CPU-less nodes, 2 near 0 and 3 near 1
+#          distances 0-1=12 0-2=50 1-3=50 0-3=60 1-2=60 2-3=70
+# The HMAT latency/bandwidth entries make the CPU-less nodes slower (300 ns, 20 GB/s from their
+# near initiator against 100 ns, 100 GB/s for local DRAM), so the kernel puts them in a lower
+# memory tier (memory_tier67) than nodes 0-1 (memory_tier4). Returns 1 for an unknown name.
+pghot_vm_topology() {
+	PGHOT_VM_TOPO=()
+	case $1 in
+	3node)
+		PGHOT_VM_TOPO+=(-m 3G -smp 2 -machine hmat=on)
+		_pghot_vm_mem_node 0 0 0
+		_pghot_vm_mem_node 1 1 1
+		_pghot_vm_mem_node 2 "" 0
+		PGHOT_VM_TOPO+=(-numa "dist,src=0,dst=1,val=12" -numa "dist,src=0,dst=2,val=50" -numa "dist,src=1,dst=2,val=50")
+		_pghot_vm_hmat_lb 0 0 100 100G
+		_pghot_vm_hmat_lb 1 1 100 100G
+		_pghot_vm_hmat_lb 0 1 140 60G
+		_pghot_vm_hmat_lb 1 0 140 60G
+		_pghot_vm_hmat_lb 0 2 300 20G
+		;;
+	4node)
+		PGHOT_VM_TOPO+=(-m 4G -smp 2 -machine hmat=on)
+		_pghot_vm_mem_node 0 0 0
+		_pghot_vm_mem_node 1 1 1
+		_pghot_vm_mem_node 2 "" 0
+		_pghot_vm_mem_node 3 "" 1
+		PGHOT_VM_TOPO+=(-numa "dist,src=0,dst=1,val=12" -numa "dist,src=0,dst=2,val=50" -numa "dist,src=0,dst=3,val=60")
+		PGHOT_VM_TOPO+=(-numa "dist,src=1,dst=2,val=60" -numa "dist,src=1,dst=3,val=50" -numa "dist,src=2,dst=3,val=70")
+		_pghot_vm_hmat_lb 0 0 100 100G
+		_pghot_vm_hmat_lb 1 1 100 100G
+		_pghot_vm_hmat_lb 0 1 140 60G
+		_pghot_vm_hmat_lb 1 0 140 60G
+		_pghot_vm_hmat_lb 0 2 300 20G
+		_pghot_vm_hmat_lb 1 3 300 20G
+		_pghot_vm_hmat_lb 1 2 360 15G
+		_pghot_vm_hmat_lb 0 3 360 15G
+		;;
+	*)
+		return 1
+		;;
+	esac
+}
+
+# _pghot_vm_hmat_lb I T LATENCY_NS BANDWIDTH: latency and bandwidth from initiator I to target T.
+_pghot_vm_hmat_lb() {
+	PGHOT_VM_TOPO+=(-numa "hmat-lb,initiator=$1,target=$2,hierarchy=memory,data-type=access-latency,latency=$3")
+	PGHOT_VM_TOPO+=(-numa "hmat-lb,initiator=$1,target=$2,hierarchy=memory,data-type=access-bandwidth,bandwidth=$4")
+}
+
+# _pghot_vm_mem_node N CPUS INITIATOR: a 1 GiB node backed by its own RAM object (CPUS may be "").
+_pghot_vm_mem_node() {
+	local n=$1 cpus=$2 initiator=$3
+	PGHOT_VM_TOPO+=(-object "memory-backend-ram,id=m$n,size=1G")
+	PGHOT_VM_TOPO+=(-numa "node,memdev=m$n,${cpus:+cpus=$cpus,}nodeid=$n,initiator=$initiator")
+}
+
+# pghot_vm_guest: make sure PGHOT_VM_VMLINUZ and PGHOT_VM_BUSYBOX name a kernel and a busybox
+# (running fetch-guest.sh, which also installs qemu and cpio, unless both are already set), and
+# that qemu-system-x86_64 and cpio are installed.
+pghot_vm_guest() {
+	if [ -z "${PGHOT_VM_VMLINUZ:-}" ] || [ -z "${PGHOT_VM_BUSYBOX:-}" ]; then
+		local out
+		out=$("$PGHOT_VM_HERE/fetch-guest.sh") || die "tests/vm/fetch-guest.sh failed"
+		eval "$out"
+	fi
+	[ -r "$PGHOT_VM_VMLINUZ" ] || die "$PGHOT_VM_VMLINUZ: kernel image not readable"
+	[ -x "$PGHOT_VM_BUSYBOX" ] || die "$PGHOT_VM_BUSYBOX: busybox not executable"
+	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found; run tests/vm/fetch-guest.sh as root"
+	command -v cpio >/dev/null || die "cpio not found; run tests/vm/fetch-guest.sh as root"
+}
+
+# pghot_vm_initramfs_root DIR: create DIR as an initramfs tree holding busybox and the empty
+# mount points; the caller adds /init and anything else.
+pghot_vm_initramfs_root() {
+	local root=$1
+	mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc}
+	cp "$PGHOT_VM_BUSYBOX" "$root/bin/busybox"
+}
+
+# pghot_vm_pack DIR OUT: pack the initramfs tree DIR into the gzip'ed newc cpio OUT (files owned
+# by root, in a stable order).
+pghot_vm_pack() {
+	(cd "$1" && find . | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0 | gzip -1) > "$2"
+}
+
+# pghot_vm_boot INITRD APPEND CONSOLE TIMEOUT_S [TEE]: boot the topology in PGHOT_VM_TOPO under
+# TCG with kernel command line APPEND, serial console to the file CONSOLE (raw). TEE=1 also
+# streams the console to stderr while the guest runs. Returns QEMU's exit status (124 when
+# TIMEOUT_S passed; the guest is then killed). The command line is left in PGHOT_VM_QEMU.
+pghot_vm_boot() {
+	local initrd=$1 append=$2 console=$3 timeout_s=$4 tee=${5:-0} rc=0 tail_pid=
+	PGHOT_VM_QEMU=(qemu-system-x86_64 -accel tcg -cpu max "${PGHOT_VM_TOPO[@]}"
+		-kernel "$PGHOT_VM_VMLINUZ" -initrd "$initrd"
+		-append "$append"
+		-nographic -nic none -no-reboot)
+	timeout --kill-after=10 "$timeout_s" "${PGHOT_VM_QEMU[@]}" < /dev/null > "$console" 2>&1 &
+	PGHOT_VM_QEMU_PID=$!
+	if [ "$tee" = 1 ]; then
+		tail -n +1 -f --pid="$PGHOT_VM_QEMU_PID" "$console" | tr -d '\r' >&2 &
+		tail_pid=$!
+	fi
+	wait "$PGHOT_VM_QEMU_PID" || rc=$?
+	PGHOT_VM_QEMU_PID=
+	if [ -n "$tail_pid" ]; then
+		wait "$tail_pid" 2>/dev/null || true
+	fi
+	return "$rc"
+}
+
+# pghot_vm_kill_guest: end a guest pghot_vm_boot started, if one still runs (for EXIT traps).
+pghot_vm_kill_guest() {
+	if [ -n "$PGHOT_VM_QEMU_PID" ] && kill -0 "$PGHOT_VM_QEMU_PID" 2>/dev/null; then
+		kill "$PGHOT_VM_QEMU_PID" 2>/dev/null || true
+		wait "$PGHOT_VM_QEMU_PID" 2>/dev/null || true
+	fi
+	PGHOT_VM_QEMU_PID=
+}
+
+# pghot_vm_clean_console RAW OUT: the serial console carries \r and escape sequences from the
+# BIOS; drop them so lines can be matched.
+pghot_vm_clean_console() {
+	tr -d '\r' < "$1" | sed 's/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1bc//g' > "$2"
+}

@@ -1,0 +1,361 @@
+#!/bin/busybox sh
+# shellcheck shell=sh
+# /init of the scenario rig's guest: tests/vm/rig.sh packs this file as /init, next to busybox,
+# /bin/pghotd, /bin/pghot-workload and /etc/pghot-rig.conf (the parameters, RIG_*), and boots
+# one guest per scenario with `pghot.scenario=NAME` on the kernel command line.
+#
+# It runs the workload with the scenario's promoter (baseline: none; numab2:
+# kernel.numa_balancing=2; damon: a DAMON paddr migrate_hot scheme over the slow node; pghotd-emu:
+# pghotd fed by the workload's emitted samples through a FIFO), streams the workload's output to
+# the console and ends with machine-readable lines the host parses:
+#   PGHOT-RIG-BEGIN key=value...        what runs
+#   t=... / RESULT {json}               the workload's own lines
+#   PGHOT-RIG-PGHOTD {json}             pghotd's --stats-json (pghotd-emu)
+#   PGHOT-RIG-STATS key=value...        vmstat deltas (vm_*), CPU seconds, timings
+#   PGHOT-RIG-ERROR text                something went wrong (the run still ends with STATS)
+#   PGHOT-RIG-END
+# Informational lines start with "rig: ". Then poweroff -f.
+
+/bin/busybox --install -s
+mount -t devtmpfs devtmpfs /dev
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+# Keep printk off the console so it cannot interleave with the parsed lines.
+dmesg -n 1
+
+info() { echo "rig: $*"; }
+err() {
+	echo "PGHOT-RIG-ERROR $*"
+	errors=$((errors + 1))
+}
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+# secs_of "XmY.ZZZs" -> seconds (busybox `times` format)
+secs_of() { echo "$1" | awk '{ split($1, a, "m"); sub("s", "", a[2]); printf "%.2f", a[1] * 60 + a[2] }'; }
+# children_cpu FILE -> "user sys" seconds from the children line of a saved `times`
+children_cpu() {
+	if [ -s "$1" ]; then
+		line=$(sed -n 2p "$1")
+		echo "$(secs_of "${line%% *}") $(secs_of "${line##* }")"
+	else
+		echo "- -"
+	fi
+}
+# stat_cpu PID -> utime+stime of PID in seconds (USER_HZ is 100), or "-"
+stat_cpu() {
+	if [ -r "/proc/$1/stat" ]; then
+		# comm is the 2nd field in parentheses; kernel thread names hold no spaces.
+		awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"
+	else
+		echo -
+	fi
+}
+# wait_line FILE REGEX SECS [PID...]: wait until FILE has a line matching REGEX; give up after
+# SECS or when any PID has exited.
+wait_line() {
+	file=$1
+	regex=$2
+	limit=$(($3 * 10))
+	shift 3
+	n=0
+	while ! grep -q -E "$regex" "$file" 2>/dev/null; do
+		[ "$n" -ge "$limit" ] && return 1
+		for p in "$@"; do
+			alive "$p" || return 1
+		done
+		sleep 0.1
+		n=$((n + 1))
+	done
+}
+# alive PID: PID exists and is not a zombie.
+alive() {
+	[ -n "$1" ] && [ -r "/proc/$1/stat" ] && [ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+# wait_pid_exit PID SECS: wait for PID (a child of this shell) for at most SECS; 1 on timeout.
+wait_pid_exit() {
+	n=0
+	while alive "$1"; do
+		[ "$n" -ge $(($2 * 10)) ] && return 1
+		sleep 0.1
+		n=$((n + 1))
+	done
+	wait "$1" 2>/dev/null
+	return 0
+}
+# put VALUE FILE: write VALUE to the sysfs FILE; the first failure is kept in put_failed.
+put_failed=
+put() {
+	if ! echo "$1" 2>/dev/null > "$2"; then
+		[ -n "$put_failed" ] || put_failed="$2 <- $1"
+	fi
+}
+# damon_on: one kdamond, paddr ops over node RIG_NODE's physical memory, one migrate_hot scheme
+# to RIG_TARGET_NID with an explicit access pattern and a size quota; sets kdamond_pid.
+damon_on() {
+	D=/sys/kernel/mm/damon/admin/kdamonds
+	C=$D/0/contexts/0
+	S=$C/schemes/0
+	bs=$((0x$(cat /sys/devices/system/memory/block_size_bytes)))
+	# The node's physical ranges: runs of consecutive memory block indices x block size.
+	runs=$(for m in /sys/devices/system/node/node"$RIG_NODE"/memory[0-9]*; do echo "${m##*memory}"; done | sort -n |
+		awk 'NR == 1 { s = $1; p = $1; next } $1 == p + 1 { p = $1; next } { print s, p + 1; s = $1; p = $1 } END { if (NR) print s, p + 1 }')
+	put 1 "$D/nr_kdamonds"
+	put 1 "$D/0/contexts/nr_contexts"
+	put paddr "$C/operations"
+	put "$RIG_DAMON_MAX_REGIONS" "$C/monitoring_attrs/nr_regions/max"
+	put 1 "$C/targets/nr_targets"
+	put "$(echo "$runs" | grep -c .)" "$C/targets/0/regions/nr_regions"
+	i=0
+	ranges=
+	while read -r first end; do
+		put $((first * bs)) "$C/targets/0/regions/$i/start"
+		put $((end * bs)) "$C/targets/0/regions/$i/end"
+		ranges="$ranges $(printf '0x%x-0x%x' $((first * bs)) $((end * bs)))"
+		i=$((i + 1))
+	done <<-EOR
+		$runs
+	EOR
+	put 1 "$C/schemes/nr_schemes"
+	put migrate_hot "$S/action"
+	put "$RIG_TARGET_NID" "$S/target_nid"
+	# Every access_pattern min/max defaults to 0/0, which matches (almost) nothing: set all six.
+	put 0 "$S/access_pattern/sz/min"
+	put 18446744073709551615 "$S/access_pattern/sz/max"
+	put 1 "$S/access_pattern/nr_accesses/min"
+	put 4294967295 "$S/access_pattern/nr_accesses/max"
+	put 0 "$S/access_pattern/age/min"
+	put 4294967295 "$S/access_pattern/age/max"
+	# Size quota per reset interval, hottest (by nr_accesses) first when it bites.
+	put $((RIG_DAMON_QUOTA_MB * 1048576)) "$S/quotas/bytes"
+	put "$RIG_DAMON_RESET_MS" "$S/quotas/reset_interval_ms"
+	put 0 "$S/quotas/weights/sz_permil"
+	put 1000 "$S/quotas/weights/nr_accesses_permil"
+	put 0 "$S/quotas/weights/age_permil"
+	put on "$D/0/state"
+	[ -z "$put_failed" ] || err "DAMON set-up failed at $put_failed"
+	kdamond_pid=$(cat "$D/0/pid" 2>/dev/null)
+	info "damon: paddr regions$ranges migrate_hot -> node $RIG_TARGET_NID, nr_accesses >= 1, quota ${RIG_DAMON_QUOTA_MB} MiB / ${RIG_DAMON_RESET_MS} ms, sample/aggr $(cat "$C/monitoring_attrs/intervals/sample_us")/$(cat "$C/monitoring_attrs/intervals/aggr_us") us, regions $(cat "$C/monitoring_attrs/nr_regions/min")..$(cat "$C/monitoring_attrs/nr_regions/max"); state=$(cat "$D/0/state") kdamond pid ${kdamond_pid:--}"
+}
+finish() {
+	echo "PGHOT-RIG-END"
+	sync
+	poweroff -f
+}
+
+errors=0
+t_init=$(uptime_s)
+
+# --- parameters ---------------------------------------------------------------------------
+RIG_DURATION=30
+RIG_PATTERN="hot-scattered"
+RIG_SIZE_MB=256
+RIG_HOT_MB=32
+RIG_NODE=2
+RIG_TARGET_NID=0
+RIG_THREADS=1
+RIG_REPORT_MS=250
+RIG_SAMPLE_PERIOD=100
+RIG_FREQ_THRESHOLD=2
+RIG_DAMON_QUOTA_MB=128
+RIG_DAMON_MAX_REGIONS=1000
+RIG_DAMON_RESET_MS=1000
+RIG_TLB_FLUSH_MS=0
+RIG_WORKLOAD_ARGS=
+RIG_PGHOTD_ARGS=
+# shellcheck disable=SC1091
+[ -r /etc/pghot-rig.conf ] && . /etc/pghot-rig.conf
+
+scenario=
+read -r cmdline < /proc/cmdline
+for arg in $cmdline; do
+	case $arg in
+	pghot.scenario=*) scenario=${arg#pghot.scenario=} ;;
+	esac
+done
+
+echo
+echo "PGHOT-RIG-BEGIN scenario=${scenario:-none} kernel=$(uname -r) duration_s=$RIG_DURATION pattern=$RIG_PATTERN size_mb=$RIG_SIZE_MB hot_mb=$RIG_HOT_MB node=$RIG_NODE tlb_flush_ms=$RIG_TLB_FLUSH_MS boot_s=$t_init"
+tiers=
+for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
+	[ -r "$t/nodelist" ] && tiers="$tiers ${t##*/}=$(cat "$t/nodelist")"
+done
+info "memory tiers:$tiers; cmdline: $(cat /proc/cmdline)"
+case $scenario in
+baseline | numab2 | damon | pghotd-emu) ;;
+*)
+	err "unknown or missing pghot.scenario '$scenario'"
+	finish
+	;;
+esac
+[ -r "/sys/devices/system/node/node$RIG_NODE/cpulist" ] || err "node $RIG_NODE does not exist"
+
+# --- scenario set-up before the workload --------------------------------------------------
+if [ "$scenario" = numab2 ]; then
+	echo 2 > /proc/sys/kernel/numa_balancing || err "cannot set kernel.numa_balancing=2"
+	hot=$(cat /sys/kernel/debug/sched/numa_balancing/hot_threshold_ms 2>/dev/null || echo -)
+	info "numa_balancing=$(cat /proc/sys/kernel/numa_balancing) promote_rate_limit_MBps=$(cat /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps 2>/dev/null) hot_threshold_ms=$hot"
+else
+	echo 0 > /proc/sys/kernel/numa_balancing 2>/dev/null
+	info "numa_balancing=$(cat /proc/sys/kernel/numa_balancing)"
+fi
+info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null) thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled)"
+
+wl_args="--size-mb $RIG_SIZE_MB --hot-mb $RIG_HOT_MB --pattern $RIG_PATTERN --node $RIG_NODE --duration $RIG_DURATION --threads $RIG_THREADS --report-ms $RIG_REPORT_MS"
+if [ "$scenario" = pghotd-emu ]; then
+	mkfifo /tmp/samples.fifo
+	wl_args="$wl_args --emit-samples /tmp/samples.fifo --sample-period $RIG_SAMPLE_PERIOD"
+fi
+wl_args="$wl_args $RIG_WORKLOAD_ARGS"
+
+# QEMU's TCG keeps a large software TLB that is flushed on every CR3 write, and x86 clears
+# accessed bits without a TLB flush: a workload alone on its CPU with a dense hot set never sets
+# them again, so DAMON (and anything else reading accessed bits) sees no accesses. A sleeper per
+# CPU that wakes every RIG_TLB_FLUSH_MS forces address-space switches, as real TLB pressure would.
+if [ "$RIG_TLB_FLUSH_MS" -gt 0 ]; then
+	cpu=0
+	while [ -d "/sys/devices/system/cpu/cpu$cpu" ]; do
+		taskset -c "$cpu" sh -c "while :; do usleep $((RIG_TLB_FLUSH_MS * 1000)); done" &
+		cpu=$((cpu + 1))
+	done
+	info "tlb flusher: one sleeper per CPU ($cpu), every $RIG_TLB_FLUSH_MS ms"
+fi
+
+cat /proc/vmstat > /tmp/vmstat.before
+
+# --- the workload -------------------------------------------------------------------------
+# Its output goes through a FIFO into tee: live on the console and kept in /tmp/wl.out. The
+# subshell's `times` gives the workload's own user/system CPU once it has been reaped.
+mkfifo /tmp/wl.pipe
+tee /tmp/wl.out < /tmp/wl.pipe &
+tee_pid=$!
+info "workload: pghot-workload $wl_args"
+t_wl_start=$(uptime_s)
+# shellcheck disable=SC2086
+(
+	/bin/pghot-workload $wl_args
+	echo $? > /tmp/wl.rc
+	times > /tmp/wl.times
+) > /tmp/wl.pipe 2>&1 &
+wl_sub=$!
+
+wl_pid=
+n=0
+while [ -z "$wl_pid" ] && [ "$n" -lt 100 ]; do
+	wl_pid=$(pidof pghot-workload)
+	[ -n "$wl_pid" ] || sleep 0.1
+	n=$((n + 1))
+done
+[ -n "$wl_pid" ] || err "pghot-workload did not start"
+info "workload pid ${wl_pid:--}"
+
+# The workload gives up by itself after its duration; this only catches a hang.
+( sleep $((RIG_DURATION + 120)) && echo "PGHOT-RIG-ERROR workload still running after $((RIG_DURATION + 120))s; killed" && kill -KILL "$wl_pid" ) 2>/dev/null &
+watchdog=$!
+
+pghotd_sub=
+case $scenario in
+pghotd-emu)
+	# pghotd opens the FIFO without waiting for a writer and ends when the writer closes.
+	# shellcheck disable=SC2086
+	(
+		/bin/pghotd --source trace:/tmp/samples.fifo --pid "$wl_pid" --freq-threshold "$RIG_FREQ_THRESHOLD" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
+		echo $? > /tmp/pghotd.rc
+		times > /tmp/pghotd.times
+	) &
+	pghotd_sub=$!
+	sleep 0.2
+	pghotd_pid=$(pidof pghotd)
+	info "pghotd pid ${pghotd_pid:--}: pghotd --source trace:/tmp/samples.fifo --pid $wl_pid --freq-threshold $RIG_FREQ_THRESHOLD --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
+	;;
+esac
+
+# Wait for the buffer to be placed (the first report line). Without pghotd reading the FIFO
+# the workload would wait for a reader forever: stop it.
+# shellcheck disable=SC2086
+if ! wait_line /tmp/wl.out '^t=' $((RIG_DURATION + 60)) "$wl_pid" $pghotd_sub; then
+	if [ -n "$pghotd_sub" ] && ! alive "$pghotd_sub"; then
+		err "pghotd exited before the workload started (its log follows); stopping the workload"
+		kill -KILL "$wl_pid" 2>/dev/null
+	else
+		err "no t= line from the workload"
+	fi
+fi
+t_placed=$(uptime_s)
+
+kdamond_pid=
+if [ "$scenario" = damon ]; then
+	damon_on
+fi
+
+# --- wait for the end ---------------------------------------------------------------------
+wait "$wl_sub"
+t_wl_end=$(uptime_s)
+kill "$watchdog" 2>/dev/null
+wait "$tee_pid"
+wl_rc=$(cat /tmp/wl.rc 2>/dev/null || echo -)
+[ "$wl_rc" = 0 ] || err "pghot-workload exited with status $wl_rc"
+grep -q '^RESULT ' /tmp/wl.out || err "pghot-workload printed no RESULT line"
+
+promoter_cpu=-
+promoter_note=
+extra=
+case $scenario in
+baseline)
+	promoter_note=none
+	;;
+numab2)
+	# NUMAB2 has no promoter thread: scanning (task_numa_work) and hint faults run in the
+	# workload's own context, so its system time is the closest measure.
+	promoter_note=workload-stime
+	;;
+damon)
+	promoter_cpu=$(stat_cpu "${kdamond_pid:-0}")
+	promoter_note=kdamond
+	S=/sys/kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0
+	echo update_schemes_stats > /sys/kernel/mm/damon/admin/kdamonds/0/state 2>/dev/null
+	for f in nr_tried sz_tried nr_applied sz_applied qt_exceeds; do
+		extra="$extra damon_$f=$(cat $S/stats/$f 2>/dev/null || echo -)"
+	done
+	echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state || err "cannot turn DAMON off"
+	;;
+pghotd-emu)
+	promoter_note=pghotd
+	# The workload closed the FIFO; pghotd drains its migrators and exits.
+	if ! wait_pid_exit "$pghotd_sub" 30; then
+		err "pghotd still running 30s after the workload ended; sending SIGINT"
+		kill -INT "$(pidof pghotd)" 2>/dev/null
+		wait_pid_exit "$pghotd_sub" 10 || kill -KILL "$(pidof pghotd)" 2>/dev/null
+		wait "$pghotd_sub" 2>/dev/null
+	fi
+	pghotd_rc=$(cat /tmp/pghotd.rc 2>/dev/null || echo -)
+	[ "$pghotd_rc" = 0 ] || err "pghotd exited with status $pghotd_rc"
+	cpu=$(children_cpu /tmp/pghotd.times)
+	u=${cpu% *}
+	s=${cpu#* }
+	[ "$u" != - ] && promoter_cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
+	extra="$extra pghotd_rc=$pghotd_rc pghotd_utime_s=$u pghotd_stime_s=$s"
+	info "pghotd log (last 40 lines):"
+	tail -n 40 /tmp/pghotd.log | sed 's/^/pghotd: /'
+	if [ -s /tmp/pghotd.json ]; then
+		echo "PGHOT-RIG-PGHOTD $(tr -d '\n' < /tmp/pghotd.json)"
+	else
+		err "pghotd wrote no --stats-json"
+	fi
+	;;
+esac
+t_done=$(uptime_s)
+cat /proc/vmstat > /tmp/vmstat.after
+
+cpu=$(children_cpu /tmp/wl.times)
+wl_utime=${cpu% *}
+wl_stime=${cpu#* }
+[ "$scenario" = numab2 ] && promoter_cpu=$wl_stime
+
+vm=$(awk 'NR == FNR { b[$1] = $2; next }
+	$1 ~ /^(numa_|pgpromote_|pgmigrate_|pgdemote_|thp_migration_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' \
+	/tmp/vmstat.before /tmp/vmstat.after)
+awk_sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
+echo "PGHOT-RIG-STATS scenario=$scenario errors=$errors wl_rc=$wl_rc wl_pid=${wl_pid:--} wl_utime_s=$wl_utime wl_stime_s=$wl_stime promoter=$promoter_note promoter_cpu_s=$promoter_cpu$extra$vm boot_s=$t_init placed_after_s=$(awk_sub "$t_placed" "$t_wl_start") workload_s=$(awk_sub "$t_wl_end" "$t_wl_start") teardown_s=$(awk_sub "$t_done" "$t_wl_end") guest_s=$(uptime_s)"
+finish

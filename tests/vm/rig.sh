@@ -1,0 +1,367 @@
+#!/bin/bash
+# The scenario rig: boot the 3-node tiered Linux 6.12 guest once per scenario, run
+# pghot-workload against a hot set that starts on the slow node 2 under one promoter, and
+# compare the promoters in one table.
+#
+#   tests/vm/rig.sh [OPTIONS] SCENARIO...      (SCENARIO: baseline numab2 damon pghotd-emu all)
+#
+# See tests/vm/README.md for the scenarios, the options and the table's columns, and
+# tests/vm/rig-init.sh for what runs inside the guest. Needs root (apt, fetch-guest.sh).
+set -euo pipefail
+
+PGHOT_VM_PROG=rig
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=lib.sh
+. "$here/lib.sh"
+
+all_scenarios=(baseline numab2 damon pghotd-emu)
+
+usage() {
+	cat >&2 <<'EOF'
+usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
+  SCENARIO            baseline, numab2, damon, pghotd-emu, or all (the four, in that order)
+  --quick             10 s workload instead of 30 s
+  --duration SECS     workload duration (overrides --quick)
+  --pattern NAME      pghot-workload --pattern (default hot-scattered)
+  --bar               check pghotd-emu against the issue's bar (hot set >= 99 %,
+                      over-promotion <= 2 %, 0 hint faults, time to 99 % <= numab2's if run)
+  --keep-console DIR  save each scenario's console as DIR/SCENARIO.console
+  --workload-bin PATH use this static pghot-workload instead of building it
+  --pghotd-bin PATH   use this static pghotd instead of building it
+  --pghotd-args STR   extra pghotd arguments (word-split in the guest)
+  --workload-args STR extra pghot-workload arguments (word-split in the guest)
+  --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
+  --freq-threshold N  pghotd --freq-threshold for pghotd-emu (default 2)
+  --damon-quota-mb N  DAMON migrate_hot size quota per reset interval (default 128)
+  --damon-reset-ms N  DAMON quota reset interval (default 1000)
+  --damon-max-regions N  DAMON nr_regions/max (default 1000, the sysfs default)
+  --tlb-flush-ms N    run a sleeper per guest CPU that wakes every N ms, so QEMU's software
+                      TLB gets flushed as a real TLB would be evicted (default 0: off; see
+                      README: DAMON sees no accesses to a dense hot set without it)
+  -v, --verbose       stream each guest's console to stderr
+Environment: CARGO_TARGET_DIR (cargo's, default target/), PGHOT_VM_VMLINUZ + PGHOT_VM_BUSYBOX
+(skip fetch-guest.sh), PGHOT_VM_TIMEOUT (seconds per guest, default 3 x duration + 180).
+EOF
+	exit 2
+}
+
+# --- options ------------------------------------------------------------------------------
+duration=30
+duration_set=0
+pattern="hot-scattered"
+bar=0
+keep_dir=
+workload_bin=
+pghotd_bin=
+pghotd_args=
+workload_args=
+sample_period=100
+freq_threshold=2
+damon_quota_mb=128
+damon_reset_ms=1000
+damon_max_regions=1000
+tlb_flush_ms=0
+verbose=0
+scenarios=()
+
+need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) [ "$duration_set" = 1 ] || duration=10 ;;
+	--duration) need_arg "$@"; duration=$2; duration_set=1; shift ;;
+	--pattern) need_arg "$@"; pattern=$2; shift ;;
+	--bar) bar=1 ;;
+	--keep-console) need_arg "$@"; keep_dir=$2; shift ;;
+	--workload-bin) need_arg "$@"; workload_bin=$2; shift ;;
+	--pghotd-bin) need_arg "$@"; pghotd_bin=$2; shift ;;
+	--pghotd-args) need_arg "$@"; pghotd_args=$2; shift ;;
+	--workload-args) need_arg "$@"; workload_args=$2; shift ;;
+	--sample-period) need_arg "$@"; sample_period=$2; shift ;;
+	--freq-threshold) need_arg "$@"; freq_threshold=$2; shift ;;
+	--damon-quota-mb) need_arg "$@"; damon_quota_mb=$2; shift ;;
+	--damon-reset-ms) need_arg "$@"; damon_reset_ms=$2; shift ;;
+	--damon-max-regions) need_arg "$@"; damon_max_regions=$2; shift ;;
+	--tlb-flush-ms) need_arg "$@"; tlb_flush_ms=$2; shift ;;
+	-v | --verbose) verbose=1 ;;
+	-h | --help) usage ;;
+	all) scenarios+=("${all_scenarios[@]}") ;;
+	baseline | numab2 | damon | pghotd-emu) scenarios+=("$1") ;;
+	-*) log "unknown option $1"; usage ;;
+	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, all)"; usage ;;
+	esac
+	shift
+done
+[ ${#scenarios[@]} -gt 0 ] || usage
+# Run each scenario once, in the order given.
+mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
+is_uint "$tlb_flush_ms" || { log "--tlb-flush-ms must be a number of milliseconds, not '$tlb_flush_ms'"; usage; }
+for v in duration sample_period freq_threshold damon_quota_mb damon_reset_ms damon_max_regions; do
+	if ! is_uint "${!v}" || [ "${!v}" -eq 0 ]; then
+		log "--${v//_/-} must be a positive integer, not '${!v}'"
+		usage
+	fi
+done
+[[ $pattern =~ ^[A-Za-z0-9_-]+$ ]] || { log "--pattern '$pattern': letters, digits, - and _ only"; usage; }
+has() {
+	local s
+	for s in "${scenarios[@]}"; do [ "$s" = "$1" ] && return 0; done
+	return 1
+}
+if [ "$bar" = 1 ] && ! has pghotd-emu; then
+	log "--bar checks pghotd-emu; add it to the scenarios"
+	usage
+fi
+command -v jq >/dev/null || {
+	log "apt-get install jq (parses the guests' JSON)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2 ||
+		{ apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2; } ||
+		die "jq is needed; apt-get install jq"
+}
+timeout_s=${PGHOT_VM_TIMEOUT:-$((3 * duration + 180))}
+
+# --- guest kernel, busybox, binaries ------------------------------------------------------
+t_start=$(date +%s)
+pghot_vm_guest
+pghot_vm_topology 3node
+
+bins=()
+[ -n "$pghotd_bin" ] || bins+=(--bin pghotd)
+[ -n "$workload_bin" ] || bins+=(--bin pghot-workload)
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+if [ ${#bins[@]} -gt 0 ]; then
+	log "building static ${bins[*]} (CARGO_TARGET_DIR=$target_dir)"
+	(cd "$repo" && CARGO_TARGET_DIR=$target_dir RUSTFLAGS='-C target-feature=+crt-static' \
+		cargo build --release --target x86_64-unknown-linux-gnu "${bins[@]}" >&2) ||
+		die "cargo build failed (pass --workload-bin/--pghotd-bin to use prebuilt static binaries)"
+fi
+pghotd_bin=${pghotd_bin:-$target_dir/x86_64-unknown-linux-gnu/release/pghotd}
+workload_bin=${workload_bin:-$target_dir/x86_64-unknown-linux-gnu/release/pghot-workload}
+for b in "$pghotd_bin" "$workload_bin"; do
+	[ -x "$b" ] || die "$b: not an executable"
+	# The initramfs has no libc: the binaries must be static.
+	if file -L "$b" 2>/dev/null | grep -q 'dynamically linked'; then
+		die "$b: dynamically linked; build it with RUSTFLAGS='-C target-feature=+crt-static'"
+	fi
+done
+t_built=$(date +%s)
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/pghot-rig.XXXXXX")
+# shellcheck disable=SC2317 # run by the EXIT trap
+cleanup() {
+	pghot_vm_kill_guest
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- initramfs (one for every scenario; the scenario is on the kernel command line) -------
+root=$work/initramfs
+pghot_vm_initramfs_root "$root"
+cp "$here/rig-init.sh" "$root/init"
+chmod 0755 "$root/init"
+cp "$pghotd_bin" "$root/bin/pghotd"
+cp "$workload_bin" "$root/bin/pghot-workload"
+# sq STR: STR single-quoted for sh.
+sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
+{
+	echo "# written by tests/vm/rig.sh"
+	echo "RIG_DURATION=$duration"
+	echo "RIG_PATTERN=$pattern"
+	echo "RIG_SAMPLE_PERIOD=$sample_period"
+	echo "RIG_FREQ_THRESHOLD=$freq_threshold"
+	echo "RIG_DAMON_QUOTA_MB=$damon_quota_mb"
+	echo "RIG_DAMON_RESET_MS=$damon_reset_ms"
+	echo "RIG_DAMON_MAX_REGIONS=$damon_max_regions"
+	echo "RIG_TLB_FLUSH_MS=$tlb_flush_ms"
+	echo "RIG_PGHOTD_ARGS=$(sq "$pghotd_args")"
+	echo "RIG_WORKLOAD_ARGS=$(sq "$workload_args")"
+} > "$root/etc/pghot-rig.conf"
+pghot_vm_pack "$root" "$work/initramfs.gz"
+if [ -n "$keep_dir" ]; then
+	mkdir -p "$keep_dir"
+fi
+
+# --- one guest per scenario ---------------------------------------------------------------
+# kv_json "k=v k=v ...": a JSON object; numeric values become numbers, "-" becomes null.
+kv_json() {
+	jq -cn --arg s "$1" '$s | split(" ") | map(select(length > 0) | capture("^(?<k>[^=]+)=(?<v>.*)$"))
+		| map({(.k): (if .v == "-" then null else ((.v | tonumber?) // .v) end)}) | add // {}'
+}
+
+failed=()
+erred=()
+results=()
+for s in "${scenarios[@]}"; do
+	append="console=ttyS0 panic=-1 quiet pghot.scenario=$s"
+	[ "$s" = numab2 ] || append="$append numa_balancing=disable"
+	log "$s: booting ($duration s workload, timeout ${timeout_s} s)"
+	t0=$(date +%s.%N)
+	rc=0
+	pghot_vm_boot "$work/initramfs.gz" "$append" "$work/$s.raw" "$timeout_s" "$verbose" || rc=$?
+	t1=$(date +%s.%N)
+	wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+	console=$work/$s.console
+	pghot_vm_clean_console "$work/$s.raw" "$console"
+	if [ -n "$keep_dir" ]; then
+		cp "$console" "$keep_dir/$s.console"
+	fi
+	wl_json=$(grep -a '^RESULT {' "$console" | tail -n 1 | cut -d' ' -f2- || true)
+	stats=$(grep -a '^PGHOT-RIG-STATS ' "$console" | tail -n 1 | cut -d' ' -f2- || true)
+	pghotd_json=$(grep -a '^PGHOT-RIG-PGHOTD {' "$console" | tail -n 1 | cut -d' ' -f2- || true)
+	grep -a '^PGHOT-RIG-ERROR ' "$console" | sed "s/^PGHOT-RIG-ERROR /rig: $s: guest: /" >&2 || true
+	if [ -z "$wl_json" ] || ! jq -e . <<< "$wl_json" > /dev/null 2>&1 || [ -z "$stats" ]; then
+		why="no RESULT line from the workload"
+		[ -n "$wl_json" ] && ! jq -e . <<< "$wl_json" > /dev/null 2>&1 && why="its RESULT line is not JSON"
+		[ -n "$wl_json" ] && [ -z "$stats" ] && why="no PGHOT-RIG-STATS line"
+		[ "$rc" = 124 ] && why="$why; the guest did not power off within ${timeout_s}s (PGHOT_VM_TIMEOUT)"
+		log "$s: FAILED after ${wall} s: $why (qemu exit $rc); console tail:"
+		tail -n 40 "$console" | sed 's/^/    /' >&2
+		failed+=("$s")
+		continue
+	fi
+	[ -n "$pghotd_json" ] && jq -e . <<< "$pghotd_json" > /dev/null 2>&1 || pghotd_json=null
+	guest=$(kv_json "$stats")
+	vmstat=$(jq -c 'with_entries(select(.key | startswith("vm_")) | .key |= ltrimstr("vm_"))' <<< "$guest")
+	guest=$(jq -c 'with_entries(select(.key | startswith("vm_") | not))' <<< "$guest")
+	result=$(jq -cn --arg scenario "$s" --argjson wl "$wl_json" --argjson g "$guest" --argjson vm "$vmstat" \
+		--argjson pghotd "$pghotd_json" --argjson wall "$wall" '
+		def num: if type == "number" then . else null end;
+		def r1: if type == "number" then (. * 10 | round) / 10 else . end;
+		($wl.hot_mb | num) as $hot_mb
+		| (if $scenario == "pghotd-emu"
+			then (($pghotd.counters.pgpromote_success // null) | num)
+			else ($vm.pgmigrate_success | num) end) as $pages
+		| {scenario: $scenario}
+		+ $wl
+		+ {
+			hot_fast_pct: ($wl.hot_fast_pct | num),
+			over_promotion_pct: (if $hot_mb and $hot_mb > 0 and ($wl.cold_fast_mb | num) != null
+				then ($wl.cold_fast_mb / $hot_mb * 100 | r1) else null end),
+			mb_promoted: (if $pages != null then ($pages * 4 / 1024 | r1) else null end),
+			mb_promoted_from: (if $scenario == "pghotd-emu" then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
+			time_to_90_s: $wl.time_to_90_s,
+			time_to_99_s: $wl.time_to_99_s,
+			promoter_cpu_s: $g.promoter_cpu_s,
+			promoter_cpu_from: $g.promoter,
+			hint_faults: $vm.numa_hint_faults,
+			wall_s: $wall,
+			vmstat: $vm,
+			guest: $g
+		}
+		+ (if $pghotd != null then {pghotd: $pghotd} else {} end)')
+	results+=("$result")
+	guest_errors=$(jq -r '.guest.errors // 0' <<< "$result")
+	if [ "$guest_errors" != 0 ]; then
+		log "$s: the guest reported $guest_errors error(s) (PGHOT-RIG-ERROR lines above)"
+		erred+=("$s")
+	fi
+	log "$s: done in ${wall} s (guest: workload $(jq -r '.guest.workload_s' <<< "$result") s, boot $(jq -r '.guest.boot_s' <<< "$result") s)"
+done
+t_end=$(date +%s)
+
+# --- report -------------------------------------------------------------------------------
+# fmt VALUE DECIMALS: a number with DECIMALS places; anything else unchanged ("-" for none).
+fmt() {
+	if [[ $1 =~ ^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$ ]]; then
+		printf "%.${2}f" "$1"
+	else
+		printf '%s' "$1"
+	fi
+}
+if [ ${#results[@]} -gt 0 ]; then
+	echo
+	printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
+		scenario "hot set" "over-" "MB" "time to" "time to" "promoter CPU s" "hint faults"
+	printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
+		"" "fast %" "promo. %" promoted "90% s" "99% s" "" ""
+	printf -- '------------+----------+-----------+----------+---------+---------+------------------+------------\n'
+	for r in "${results[@]}"; do
+		jq -r '[.scenario, .hot_fast_pct, .over_promotion_pct, .mb_promoted, .time_to_90_s, .time_to_99_s,
+			.promoter_cpu_s, .promoter_cpu_from, .hint_faults] | map(. // "-") | @tsv' <<< "$r" |
+			while IFS=$'\t' read -r name hot over mb t90 t99 cpu cpu_from faults; do
+				cpu=$(fmt "$cpu" 2)
+				[ "$cpu_from" = workload-stime ] && [ "$cpu" != - ] && cpu="$cpu (task sys)"
+				printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' "$name" "$(fmt "$hot" 1)" \
+					"$(fmt "$over" 1)" "$(fmt "$mb" 1)" "$(fmt "$t90" 2)" "$(fmt "$t99" 2)" "$cpu" "$(fmt "$faults" 0)"
+			done
+	done
+	echo
+	baseline_stime=null
+	for r in "${results[@]}"; do
+		if [ "$(jq -r .scenario <<< "$r")" = baseline ]; then
+			baseline_stime=$(jq '.guest.wl_stime_s // null' <<< "$r")
+		fi
+	done
+	for i in "${!results[@]}"; do
+		# numab2's "promoter CPU" is the workload's own system time; with a baseline run next
+		# to it, the difference is the part NUMA balancing added.
+		results[i]=$(jq -c --argjson b "$baseline_stime" 'if .scenario == "numab2" and $b != null and .promoter_cpu_s != null
+			then . + {promoter_cpu_over_baseline_s: ((.promoter_cpu_s - $b) * 100 | round / 100)} else . end' <<< "${results[i]}")
+		jq -r '
+			def mib: if . == null then "-" else (. / 1048576 | round | tostring) end;
+			if .scenario == "baseline" then
+				"baseline: no promoter; the workload used \(.guest.wl_stime_s) s of system time (placement and its own move_pages queries)"
+			elif .scenario == "numab2" then
+				"numab2: no promoter thread, so the CPU column is the workload'"'"'s system time (NUMA scanning and hint faults run in the task)"
+				+ (if .promoter_cpu_over_baseline_s != null then "; \(.promoter_cpu_over_baseline_s) s more than baseline'"'"'s" else "" end)
+				+ "; numa_pte_updates \(.vmstat.numa_pte_updates), numa_pages_migrated \(.vmstat.numa_pages_migrated), pgpromote_success \(.vmstat.pgpromote_success)"
+			elif .scenario == "damon" then
+				"damon: CPU = kdamond; scheme sz_applied \(.guest.damon_sz_applied | mib) MiB, nr_applied \(.guest.damon_nr_applied), qt_exceeds \(.guest.damon_qt_exceeds)"
+			elif .scenario == "pghotd-emu" then
+				"pghotd-emu: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.samples_emitted) samples emitted"
+				+ (if (.duration_s // 0) > 0 then " (\(.samples_emitted / .duration_s | round)/s)" else "" end)
+				+ ", \(.samples_dropped) dropped; pghotd: \(.pghotd.counters.hwhint_total_events // "-") received, \(.pghotd.counters.pghot_recorded_accesses // "-") on the slow tier, \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted, \(.pghotd.counters.pghot_drop_unknown_node // "-") dropped for unknown node; exit \(.guest.pghotd_rc)"
+			else empty end' <<< "${results[i]}"
+	done
+	echo
+	for r in "${results[@]}"; do
+		echo "RESULT $r"
+	done
+fi
+log "timings: fetch+build $((t_built - t_start)) s, scenarios $((t_end - t_built)) s, total $((t_end - t_start)) s"
+
+status=0
+if [ ${#failed[@]} -gt 0 ]; then
+	log "FAILED: ${failed[*]} produced no result"
+	status=1
+fi
+if [ ${#erred[@]} -gt 0 ]; then
+	log "FAILED: ${erred[*]} reported errors in the guest"
+	status=1
+fi
+
+# --- the bar ------------------------------------------------------------------------------
+if [ "$bar" = 1 ]; then
+	emu=''
+	numab2=''
+	for r in "${results[@]}"; do
+		case $(jq -r .scenario <<< "$r") in
+		pghotd-emu) emu=$r ;;
+		numab2) numab2=$r ;;
+		esac
+	done
+	if [ -z "$emu" ]; then
+		log "bar: NOT MET (pghotd-emu produced no result)"
+		status=1
+	else
+		misses=$(jq -r --argjson n "${numab2:-null}" '
+			[ (if (.hot_fast_pct // -1) >= 99 then empty else "hot set on fast nodes \(.hot_fast_pct) % < 99 %" end),
+			  (if .over_promotion_pct != null and .over_promotion_pct <= 2 then empty else "over-promotion \(.over_promotion_pct) % > 2 %" end),
+			  (if .hint_faults == 0 then empty else "hint faults \(.hint_faults) != 0" end),
+			  (if $n == null then empty
+			   elif .time_to_99_s == null then "never reached 99 % (numab2: \($n.time_to_99_s) s)"
+			   elif $n.time_to_99_s == null or .time_to_99_s <= $n.time_to_99_s then empty
+			   else "time to 99 % \(.time_to_99_s) s > numab2 \($n.time_to_99_s) s" end)
+			] | .[]' <<< "$emu")
+		if [ -n "$misses" ]; then
+			log "bar: NOT MET for pghotd-emu:"
+			while IFS= read -r m; do log "    $m"; done <<< "$misses"
+			status=1
+		else
+			log "bar: met (hot set >= 99 %, over-promotion <= 2 %, 0 hint faults$([ -n "$numab2" ] && echo ", time to 99 % <= numab2's"))"
+		fi
+	fi
+fi
+exit "$status"
