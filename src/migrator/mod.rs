@@ -11,6 +11,10 @@
 //! 4. moves the rest with move_pages(MPOL_MF_MOVE), then accounts every page exactly once,
 //!    re-querying the entries the kernel left unwritten (positive return, ENOMEM).
 //!
+//! Pages held back for a reason that may pass (rate limit, watermark, EBUSY, ENOMEM, not
+//! migrated) are made eligible again in the table, so their next sample re-offers them; pages
+//! that cannot move (gone, shared, not allowed) stay queued until their window expires.
+//!
 //! With `dry_run` steps 3-4 are skipped and allowed pages count as promoted: a batch replay of
 //! a trace needs no live processes.
 
@@ -153,8 +157,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let page_bytes = group[0].bytes;
         let room = self.watermark_room(to, page_bytes);
         let (group, over_watermark) = group.split_at(group.len().min(room));
-        self.stats
-            .add(Counter::PgpromoteFailWatermark, over_watermark.len() as u64);
+        self.held_back(over_watermark, Counter::PgpromoteFailWatermark);
 
         let now = self.clock.now();
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
@@ -164,8 +167,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             .or_insert_with(|| TokenBucket::new(rate, now));
         let allowed = bucket.take_units(now, page_bytes, group.len());
         let (group, limited) = group.split_at(allowed);
-        self.stats
-            .add(Counter::PgpromoteRatelimited, limited.len() as u64);
+        self.held_back(limited, Counter::PgpromoteRatelimited);
         if group.is_empty() {
             return;
         }
@@ -179,6 +181,27 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let unmoved = (group.len() - moved) as u64;
         if let Some(bucket) = self.buckets.get_mut(&to) {
             bucket.refund(unmoved * page_bytes);
+        }
+    }
+
+    /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or
+    /// unallocatable page) and makes them eligible again, so their next sample offers them
+    /// anew instead of waiting for their window to expire.
+    fn held_back(&self, pages: &[Candidate], counter: Counter) {
+        self.stats.add(counter, pages.len() as u64);
+        for c in pages {
+            self.table.unqueue(c.key);
+        }
+    }
+
+    /// Accounts one page's failure by its counter; transient ones are retried.
+    fn failed(&self, c: &Candidate, counter: Counter) {
+        if is_transient(counter) {
+            self.held_back(std::slice::from_ref(c), counter);
+        } else {
+            // Permanent for now (gone, shared, not allowed): stays queued until its window
+            // expires, so a page that cannot move is not retried on every sample.
+            self.stats.add(counter, 1);
         }
     }
 
@@ -210,7 +233,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                     self.stats.add(Counter::PgpromoteAlreadyToptier, 1);
                     self.table.mark_promoted(c.key, node);
                 }
-                Err(_) => self.stats.add(page_failure(s), 1),
+                Err(_) => self.failed(c, page_failure(s)),
             }
         }
         if to_move.is_empty() {
@@ -245,9 +268,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 self.promoted(c);
                 moved += 1;
             } else if s == STATUS_UNWRITTEN || s >= 0 {
-                self.stats.add(unwritten_reason, 1);
+                self.failed(c, unwritten_reason);
             } else {
-                self.stats.add(page_failure(s), 1);
+                self.failed(c, page_failure(s));
             }
         }
         moved
@@ -282,6 +305,18 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     pub fn node(&self) -> NodeId {
         self.node
     }
+}
+
+/// Failures that may pass by the next sample of the page.
+fn is_transient(counter: Counter) -> bool {
+    matches!(
+        counter,
+        Counter::PgpromoteRatelimited
+            | Counter::PgpromoteFailWatermark
+            | Counter::PgpromoteFailBusy
+            | Counter::PgpromoteFailNomem
+            | Counter::PgpromoteFailNotMigrated
+    )
 }
 
 /// A running migrator thread.
@@ -672,6 +707,45 @@ mod tests {
         let mut batch: Vec<_> = (0..5).map(|p| cand(11, p, 1)).collect();
         rig.migrator.process(&mut batch);
         assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 7);
+    }
+
+    #[test]
+    fn pages_held_back_by_the_rate_limit_are_offered_again_permanent_failures_are_not() {
+        let config = MigratorConfig {
+            promote_rate_limit_mbps: 1,
+            ..MigratorConfig::default()
+        };
+        let mut rig = rig(config);
+        map(&rig, 10, 0..300);
+        let access = |page: u64| Access {
+            key: PageKey::new(10, page * PAGE_SIZE).unwrap(),
+            time_ns: 0,
+            node: 2,
+            op: AccessOp::Load,
+        };
+        let mut batch = Vec::new();
+        for page in 0..300 {
+            rig.table.record(&access(page));
+            assert_eq!(rig.table.record(&access(page)), Recorded::Candidate);
+            batch.push(cand(10, page, 0));
+        }
+        // Page 10 cannot be moved at all (no VMA): permanent.
+        rig.mover
+            .0
+            .lock()
+            .pages
+            .insert((10, 10 * PAGE_SIZE), -libc::EFAULT);
+        rig.migrator.process(&mut batch);
+        // 1 MiB/s is 256 pages of budget: pages 0..256 are tried, the rest held back.
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 255);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailFault), 1);
+        assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 44);
+        // A held-back page is a candidate again on its next sample ...
+        assert_eq!(rig.table.record(&access(280)), Recorded::Candidate);
+        // ... a page that cannot move waits for its window, and a promoted one is done.
+        assert!(rig.table.get(access(10).key).unwrap().is_queued());
+        assert_eq!(rig.table.record(&access(10)), Recorded::Tracked);
+        assert_eq!(rig.table.record(&access(0)), Recorded::Tracked);
     }
 
     #[test]
