@@ -18,7 +18,7 @@ use crate::config::{Config, ConfigError};
 use crate::hotness::HotTable;
 use crate::hotness::ingest::{Candidate, Ingest, Scope};
 use crate::migrator::mover::SysMover;
-use crate::migrator::ratelimit::MonotonicClock;
+use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::migrator::{Migrator, MigratorEvent, MigratorHandle};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{Source, SourceError, StopToken};
@@ -170,6 +170,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     }
 
     let mut migrators = Vec::new();
+    let limits = RateLimits::default();
     for (node, rx) in receivers {
         let migrator = Migrator::new(
             node,
@@ -179,6 +180,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
             Arc::clone(&table),
             Arc::clone(&topology),
             Arc::clone(&stats),
+            limits.clone(),
         );
         migrators.push(MigratorHandle::spawn(migrator, rx).map_err(|source| {
             DaemonError::Spawn {

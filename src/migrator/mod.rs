@@ -22,7 +22,6 @@ pub mod mover;
 pub mod ratelimit;
 mod sys;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -34,7 +33,7 @@ use crate::hotness::ingest::Candidate;
 use crate::stats::{Counter, Stats};
 use crate::topology::{NodeId, Topology};
 use mover::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
-use ratelimit::{Clock, TokenBucket};
+use ratelimit::{Clock, RateLimits};
 
 /// Tunables of the migrators.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +74,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     config: MigratorConfig,
     mover: M,
     clock: C,
-    buckets: HashMap<NodeId, TokenBucket>,
+    limits: RateLimits,
     table: Arc<HotTable>,
     topology: Arc<Topology>,
     stats: Arc<Stats>,
@@ -83,7 +82,7 @@ pub struct Migrator<M: Mover, C: Clock> {
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // the migrator's collaborators, each a distinct role
     pub fn new(
         node: NodeId,
         config: MigratorConfig,
@@ -92,13 +91,14 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         table: Arc<HotTable>,
         topology: Arc<Topology>,
         stats: Arc<Stats>,
+        limits: RateLimits,
     ) -> Self {
         Migrator {
             node,
             config,
             mover,
             clock,
-            buckets: HashMap::new(),
+            limits,
             table,
             topology,
             stats,
@@ -108,10 +108,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     pub fn reconfigure(&mut self, config: MigratorConfig) {
         self.config = config;
-        let rate = config.promote_rate_limit_mbps.saturating_mul(1 << 20);
-        for bucket in self.buckets.values_mut() {
-            bucket.set_rate(rate);
-        }
+        self.limits
+            .set_rate(config.promote_rate_limit_mbps.saturating_mul(1 << 20));
     }
 
     /// Promotes a batch; every candidate ends in exactly one counter.
@@ -161,11 +159,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
         let now = self.clock.now();
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
-        let bucket = self
-            .buckets
-            .entry(to)
-            .or_insert_with(|| TokenBucket::new(rate, now));
-        let allowed = bucket.take_units(now, page_bytes, group.len());
+        let allowed = self.limits.take(to, now, rate, page_bytes, group.len());
         let (group, limited) = group.split_at(allowed);
         self.held_back(limited, Counter::PgpromoteRatelimited);
         if group.is_empty() {
@@ -179,9 +173,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
         let moved = self.move_group(pid, to, group);
         let unmoved = (group.len() - moved) as u64;
-        if let Some(bucket) = self.buckets.get_mut(&to) {
-            bucket.refund(unmoved * page_bytes);
-        }
+        self.limits.refund(to, unmoved * page_bytes);
     }
 
     /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or
@@ -469,6 +461,7 @@ mod tests {
             Arc::clone(&table),
             topology,
             Arc::clone(&stats),
+            RateLimits::default(),
         );
         Rig {
             migrator,
@@ -591,8 +584,10 @@ mod tests {
         assert_eq!(counter(&rig, Counter::PgpromoteFailNotMigrated), 3);
         assert_eq!(outcomes(&rig), 5);
         // The three that stayed behind are refunded to the bucket.
-        let bucket = &rig.migrator.buckets[&0];
-        assert_eq!(bucket.tokens(), (65536u64 << 20) - 2 * PAGE_SIZE);
+        assert_eq!(
+            rig.migrator.limits.tokens(0),
+            Some((65536u64 << 20) - 2 * PAGE_SIZE)
+        );
     }
 
     #[test]
@@ -679,6 +674,31 @@ mod tests {
                 std::fs::copy(entry.path(), target).unwrap();
             }
         }
+    }
+
+    #[test]
+    fn migrators_share_the_budget_of_a_destination() {
+        let config = MigratorConfig {
+            promote_rate_limit_mbps: 1, // 256 pages per second to each destination
+            ..MigratorConfig::default()
+        };
+        let mut a = rig(config);
+        let mut b = rig(config);
+        b.migrator.limits = a.migrator.limits.clone();
+        b.migrator.clock = a.clock.clone();
+        map(&a, 10, 0..200);
+        map(&b, 11, 0..300);
+        a.migrator
+            .process(&mut (0..200).map(|p| cand(10, p, 0)).collect());
+        b.migrator
+            .process(&mut (0..200).map(|p| cand(11, p, 0)).collect());
+        let promoted =
+            counter(&a, Counter::PgpromoteSuccess) + counter(&b, Counter::PgpromoteSuccess);
+        assert_eq!(promoted, 256);
+        // Another destination has its own budget.
+        b.migrator
+            .process(&mut (200..300).map(|p| cand(11, p, 1)).collect());
+        assert_eq!(counter(&b, Counter::PgpromoteSuccess), 56 + 100);
     }
 
     #[test]

@@ -2,7 +2,13 @@
 //!
 //! The clock is injected so tests drive time by hand, deterministically.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::topology::NodeId;
 
 /// A monotonic clock.
 pub trait Clock: Send {
@@ -77,6 +83,39 @@ impl TokenBucket {
 
     pub fn tokens(&self) -> u64 {
         self.tokens
+    }
+}
+
+/// The token buckets of every destination node, shared by all migrators: the limit is per
+/// destination, whichever lower-tier node the pages come from.
+#[derive(Debug, Clone, Default)]
+pub struct RateLimits(Arc<Mutex<HashMap<NodeId, TokenBucket>>>);
+
+impl RateLimits {
+    /// Takes budget for up to `wanted` items of `unit` bytes going to `to`; returns how many.
+    pub fn take(&self, to: NodeId, now: Duration, rate: u64, unit: u64, wanted: usize) -> usize {
+        self.0
+            .lock()
+            .entry(to)
+            .or_insert_with(|| TokenBucket::new(rate, now))
+            .take_units(now, unit, wanted)
+    }
+
+    pub fn refund(&self, to: NodeId, bytes: u64) {
+        if let Some(bucket) = self.0.lock().get_mut(&to) {
+            bucket.refund(bytes);
+        }
+    }
+
+    pub fn set_rate(&self, rate: u64) {
+        for bucket in self.0.lock().values_mut() {
+            bucket.set_rate(rate);
+        }
+    }
+
+    /// Tokens left for `to`, if it has a bucket yet.
+    pub fn tokens(&self, to: NodeId) -> Option<u64> {
+        self.0.lock().get(&to).map(TokenBucket::tokens)
     }
 }
 

@@ -222,11 +222,25 @@ for s in "${scenarios[@]}"; do
 		continue
 	fi
 	[ -n "$pghotd_json" ] && jq -e . <<< "$pghotd_json" > /dev/null 2>&1 || pghotd_json=null
+	# Steady promotion rate: MiB on fast nodes (hot + cold) from the first report at t >= 2 s
+	# (past the token bucket's one-second burst) to the last one below 95 % of the final amount.
+	hot_mb=$(jq -r '.hot_mb // 0' <<< "$wl_json")
+	rate=$(grep -a '^t=' "$console" | tr '=' ' ' | awk -v hot="$hot_mb" '
+		{ for (i = 1; i < NF; i++) v[$i] = $(i + 1)
+		  n++; t[n] = v["t"]; f[n] = hot * v["hot_fast_pct"] / 100 + v["cold_fast_mb"] }
+		END {
+			if (n < 2) { print "null"; exit }
+			for (i = 1; i <= n && t[i] < 2; i++) ;
+			a = i; b = 0
+			for (j = a; j <= n; j++) if (f[j] < 0.95 * f[n]) b = j
+			if (a > n || b <= a) { print "null"; exit }
+			printf "%.2f\n", (f[b] - f[a]) / (t[b] - t[a])
+		}')
 	guest=$(kv_json "$stats")
 	vmstat=$(jq -c 'with_entries(select(.key | startswith("vm_")) | .key |= ltrimstr("vm_"))' <<< "$guest")
 	guest=$(jq -c 'with_entries(select(.key | startswith("vm_") | not))' <<< "$guest")
 	result=$(jq -cn --arg scenario "$s" --argjson wl "$wl_json" --argjson g "$guest" --argjson vm "$vmstat" \
-		--argjson pghotd "$pghotd_json" --argjson wall "$wall" '
+		--argjson pghotd "$pghotd_json" --argjson wall "$wall" --argjson rate "$rate" '
 		def num: if type == "number" then . else null end;
 		def r1: if type == "number" then (. * 10 | round) / 10 else . end;
 		($wl.hot_mb | num) as $hot_mb
@@ -243,6 +257,7 @@ for s in "${scenarios[@]}"; do
 			mb_promoted_from: (if $scenario == "pghotd-emu" then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
 			time_to_90_s: $wl.time_to_90_s,
 			time_to_99_s: $wl.time_to_99_s,
+			promote_mb_per_s: $rate,
 			promoter_cpu_s: $g.promoter_cpu_s,
 			promoter_cpu_from: $g.promoter,
 			hint_faults: $vm.numa_hint_faults,
@@ -312,7 +327,7 @@ if [ ${#results[@]} -gt 0 ]; then
 			elif .scenario == "pghotd-emu" then
 				"pghotd-emu: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.samples_emitted) samples emitted"
 				+ (if (.duration_s // 0) > 0 then " (\(.samples_emitted / .duration_s | round)/s)" else "" end)
-				+ ", \(.samples_dropped) dropped; pghotd: \(.pghotd.counters.hwhint_total_events // "-") received, \(.pghotd.counters.pghot_recorded_accesses // "-") on the slow tier, \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted, \(.pghotd.counters.pghot_drop_unknown_node // "-") dropped for unknown node; exit \(.guest.pghotd_rc)"
+				+ ", \(.samples_dropped) dropped; pghotd: \(.pghotd.counters.hwhint_total_events // "-") received, \(.pghotd.counters.pghot_recorded_accesses // "-") on the slow tier, \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted, \(.pghotd.counters.pgpromote_ratelimited // "-") rate-limited, \(.pghotd.counters.pghot_drop_unknown_node // "-") dropped for unknown node; steady promotion \(.promote_mb_per_s // "-") MiB/s; exit \(.guest.pghotd_rc)"
 			else empty end' <<< "${results[i]}"
 	done
 	echo
