@@ -29,13 +29,14 @@
 
 use std::collections::HashSet;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pghotd::hotness::ingest::{Candidate, Ingest, Scope};
+use pghotd::hotness::ingest::{Ingest, Scope};
 use pghotd::hotness::{Access, Entry, HotPolicy, HotTable, PageKey, Recorded};
+use pghotd::migrator::candidate_queue;
 use pghotd::sampler::{AccessOp, DataSource, Sample, SampleSink, SourceKind};
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{NodeId, SysfsRoot, Topology};
@@ -55,6 +56,8 @@ const LOWER_NODE: NodeId = 2;
 const TOP_NODE: NodeId = 0;
 /// The daemon's default candidate queue length: `max(migrate_batch * 8, 4096)`.
 const QUEUE_LEN: usize = 4096;
+/// The daemon's default `migrate_batch`: the queue wakes its migrator at this many candidates.
+const MIGRATE_BATCH: usize = 512;
 const TOPOLOGY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/sysfs/qemu-3node"
@@ -386,10 +389,26 @@ fn recorder_row(
     let stats = Arc::new(Stats::new());
     let topology = Arc::new(Topology::read(SysfsRoot::new(TOPOLOGY)).expect("fixture topology"));
     assert!(topology.is_lower_tier(LOWER_NODE) && !topology.is_lower_tier(TOP_NODE));
-    // The migrator's stand-in: blocks on the queue like the migrator's `select!`, takes every
-    // candidate at once, promotes nothing.
-    let (tx, rx) = crossbeam_channel::bounded::<Candidate>(QUEUE_LEN);
-    let drain = thread::spawn(move || rx.iter().count());
+    // The migrator's stand-in: waits for the queue's batch wake-up (or 100 ms) like the
+    // migrator, takes every candidate at once, promotes nothing.
+    let (tx, rx) = candidate_queue(QUEUE_LEN, MIGRATE_BATCH);
+    let done = Arc::new(AtomicBool::new(false));
+    let drain = {
+        let done = Arc::clone(&done);
+        thread::spawn(move || {
+            let mut received = 0usize;
+            loop {
+                let finished = done.load(Ordering::Acquire);
+                rx.wait_wake(Duration::from_millis(100));
+                while rx.try_recv().is_some() {
+                    received += 1;
+                }
+                if finished {
+                    return received;
+                }
+            }
+        })
+    };
     let scope = Scope {
         pids: HashSet::new(),
         self_pid: std::process::id(),
@@ -442,6 +461,7 @@ fn recorder_row(
     assert_eq!(stats.get(Counter::HwhintDroppedEvents), 0);
     row.tracked = table.len();
     drop(ingest);
+    done.store(true, Ordering::Release);
     let received = drain.join().expect("drain thread panicked") as u64;
     let offered = stats.get(Counter::PgpromoteCandidate) - stats.get(Counter::PgpromoteQueueFull);
     assert_eq!(received, offered, "every queued candidate was drained");

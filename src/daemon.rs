@@ -10,16 +10,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::config::{Config, ConfigError};
 use crate::hotness::HotTable;
-use crate::hotness::ingest::{Candidate, Ingest, Scope};
+use crate::hotness::ingest::{Ingest, Scope};
 use crate::migrator::mover::SysMover;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
-use crate::migrator::{Migrator, MigratorEvent, MigratorHandle};
+use crate::migrator::{Migrator, MigratorEvent, MigratorHandle, candidate_queue};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{Source, SourceError, StopToken};
 use crate::stats::{Counter, Stats, StatsSnapshot};
@@ -125,10 +125,10 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     let stats = Arc::new(Stats::new());
     let table = Arc::new(HotTable::new(config.max_tracked_pages, config.policy));
     let queue_len = (config.migrator.migrate_batch * 8).max(4096);
-    let mut queues: Vec<(u16, Sender<Candidate>)> = Vec::new();
+    let mut queues = Vec::new();
     let mut receivers = Vec::new();
     for &node in &lower {
-        let (tx, rx) = crossbeam_channel::bounded(queue_len);
+        let (tx, rx) = candidate_queue(queue_len, config.migrator.migrate_batch);
         queues.push((node, tx));
         receivers.push((node, rx));
     }

@@ -11,11 +11,11 @@ use std::io::BufWriter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 
 use super::resolve::{NodeResolver, Resolved};
 use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+use crate::migrator::CandidateSender;
 use crate::migrator::mover::{Mover, SysMover};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{DataSource, Sample, SampleSink, SourceKind};
@@ -77,7 +77,7 @@ pub struct Ingest {
     /// Nearest top-tier node of each lower-tier node, when the CPU is unknown.
     node_target: Vec<Option<NodeId>>,
     /// Candidate queue of each lower-tier node's migrator, by node id.
-    queues: Vec<Option<Sender<Candidate>>>,
+    queues: Vec<Option<CandidateSender>>,
     record_to: Option<Mutex<TraceWriter<BufWriter<std::fs::File>>>>,
     record_failed: AtomicBool,
     /// Makes each recorder's move_pages query handle.
@@ -91,7 +91,7 @@ impl Ingest {
         topology: Arc<Topology>,
         scope: Scope,
         target_nid: Option<NodeId>,
-        queues: Vec<(NodeId, Sender<Candidate>)>,
+        queues: Vec<(NodeId, CandidateSender)>,
     ) -> Ingest {
         let max_node = topology.nodes().iter().map(|n| n.id).max().unwrap_or(0);
         let mut node_class = vec![NodeClass::Absent; usize::from(max_node) + 1];
@@ -239,14 +239,8 @@ impl Recorder {
             .queues
             .get(usize::from(candidate.from_node))
             .and_then(Option::as_ref);
-        let sent = match queue {
-            Some(tx) => match tx.try_send(candidate) {
-                Ok(()) => true,
-                // Full: the page stays eligible and is offered again on its next access.
-                Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => false,
-            },
-            None => false,
-        };
+        // Full: the page stays eligible and is offered again on its next access.
+        let sent = queue.is_some_and(|q| q.offer(candidate).is_ok());
         if sent {
             // The page is about to move: do not trust a cached node for it.
             self.resolver.forget(candidate.key);
@@ -402,10 +396,10 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use crate::hotness::HotPolicy;
+    use crate::migrator::CandidateReceiver;
     use crate::migrator::mover::fake::FakeMover;
     use crate::sampler::AccessOp;
     use crate::topology::SysfsRoot;
-    use crossbeam_channel::Receiver;
 
     fn topology() -> Arc<Topology> {
         let root = concat!(
@@ -419,13 +413,13 @@ mod tests {
         scope_pids: &[u32],
         target: Option<NodeId>,
         queue: usize,
-    ) -> (Arc<Ingest>, Arc<Stats>, Receiver<Candidate>) {
+    ) -> (Arc<Ingest>, Arc<Stats>, CandidateReceiver) {
         let stats = Arc::new(Stats::new());
         let policy = HotPolicy {
             freq_threshold: 2,
             ..HotPolicy::default()
         };
-        let (tx, rx) = crossbeam_channel::bounded(queue);
+        let (tx, rx) = crate::migrator::candidate_queue(queue, 1);
         let lookup = FakeMover::default();
         lookup.0.lock().pages.insert((100, 0x7000), 2);
         let ingest = Ingest::new(

@@ -299,6 +299,75 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 }
 
+/// Creates a migrator's candidate queue: `capacity` candidates, and a wake-up once `wake_at` of
+/// them wait. Senders do not wake the migrator per candidate (a futex wake costs the sampler
+/// microseconds); the migrator drains the queue when woken or when its interval ends.
+pub fn candidate_queue(capacity: usize, wake_at: usize) -> (CandidateSender, CandidateReceiver) {
+    let (tx, rx) = crossbeam_channel::bounded(capacity);
+    // One pending wake-up is enough: the migrator drains everything when it runs.
+    let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+    (
+        CandidateSender {
+            tx,
+            wake: wake_tx,
+            wake_at: wake_at.clamp(1, capacity.max(1)),
+        },
+        CandidateReceiver { rx, wake: wake_rx },
+    )
+}
+
+/// The sampler side of a candidate queue.
+#[derive(Debug, Clone)]
+pub struct CandidateSender {
+    tx: Sender<Candidate>,
+    wake: Sender<()>,
+    wake_at: usize,
+}
+
+impl CandidateSender {
+    /// Queues a candidate; gives it back when the queue is full.
+    #[inline]
+    pub fn offer(&self, candidate: Candidate) -> Result<(), Candidate> {
+        match self.tx.try_send(candidate) {
+            Ok(()) => {
+                if self.tx.len() >= self.wake_at {
+                    // Full means a wake-up is already pending.
+                    let _ = self.wake.try_send(());
+                }
+                Ok(())
+            }
+            Err(e) => Err(e.into_inner()),
+        }
+    }
+}
+
+/// The migrator side of a candidate queue.
+#[derive(Debug)]
+pub struct CandidateReceiver {
+    rx: Receiver<Candidate>,
+    wake: Receiver<()>,
+}
+
+impl CandidateReceiver {
+    /// The next queued candidate, if any.
+    pub fn try_recv(&self) -> Option<Candidate> {
+        self.rx.try_recv().ok()
+    }
+
+    pub fn len(&self) -> usize {
+        self.rx.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
+
+    /// Waits up to `timeout` for the wake-up that says `wake_at` candidates wait.
+    pub fn wait_wake(&self, timeout: Duration) -> bool {
+        self.wake.recv_timeout(timeout).is_ok()
+    }
+}
+
 /// Failures that may pass by the next sample of the page.
 fn is_transient(counter: Counter) -> bool {
     matches!(
@@ -322,7 +391,7 @@ impl MigratorHandle {
     /// Spawns `pghot-mig/nodeN`.
     pub fn spawn<M: Mover + 'static, C: Clock + 'static>(
         mut migrator: Migrator<M, C>,
-        candidates: Receiver<Candidate>,
+        candidates: CandidateReceiver,
     ) -> std::io::Result<MigratorHandle> {
         let node = migrator.node();
         let (events_tx, events_rx) = crossbeam_channel::bounded(16);
@@ -372,7 +441,7 @@ impl MigratorHandle {
 
 fn run<M: Mover, C: Clock>(
     migrator: &mut Migrator<M, C>,
-    candidates: &Receiver<Candidate>,
+    queue: &CandidateReceiver,
     events: &Receiver<MigratorEvent>,
 ) {
     let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
@@ -380,44 +449,41 @@ fn run<M: Mover, C: Clock>(
     loop {
         let timeout = next_wake.saturating_duration_since(Instant::now());
         select! {
-            recv(candidates) -> c => match c {
-                Ok(c) => {
-                    batch.push(c);
-                    if batch.len() >= migrator.config.migrate_batch {
-                        migrator.process(&mut batch);
-                    }
-                }
-                // All senders gone: nothing more will come.
-                Err(_) => {
-                    migrator.process(&mut batch);
-                    return;
-                }
-            },
+            recv(queue.wake) -> _ => drain(migrator, queue, &mut batch),
             recv(events) -> e => match e {
                 Ok(MigratorEvent::Finish) => {
-                    while let Ok(c) = candidates.try_recv() {
-                        batch.push(c);
-                        if batch.len() >= migrator.config.migrate_batch {
-                            migrator.process(&mut batch);
-                        }
-                    }
-                    migrator.process(&mut batch);
+                    drain(migrator, queue, &mut batch);
                     return;
                 }
                 Ok(MigratorEvent::Stop) | Err(_) => {
-                    let abandoned = batch.len() + candidates.try_iter().count();
+                    let abandoned = batch.len() + queue.rx.try_iter().count();
                     migrator.stats.add(Counter::PgpromoteAbandoned, abandoned as u64);
                     return;
                 }
                 Ok(MigratorEvent::Reconfigure(config)) => migrator.reconfigure(config),
             },
             default(timeout) => {
-                if !batch.is_empty() {
-                    migrator.process(&mut batch);
-                }
+                drain(migrator, queue, &mut batch);
                 next_wake = Instant::now() + interval(&migrator.config);
             }
         }
+    }
+}
+
+/// Promotes everything queued, `migrate_batch` at a time.
+fn drain<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    queue: &CandidateReceiver,
+    batch: &mut Vec<Candidate>,
+) {
+    while let Ok(c) = queue.rx.try_recv() {
+        batch.push(c);
+        if batch.len() >= migrator.config.migrate_batch {
+            migrator.process(batch);
+        }
+    }
+    if !batch.is_empty() {
+        migrator.process(batch);
     }
 }
 
@@ -800,14 +866,38 @@ mod tests {
     }
 
     #[test]
+    fn the_queue_wakes_its_migrator_once_per_batch() {
+        let (tx, rx) = candidate_queue(16, 4);
+        for p in 0..3 {
+            tx.offer(cand(10, p, 0)).unwrap();
+        }
+        assert!(
+            !rx.wait_wake(Duration::ZERO),
+            "no wake-up below the batch size"
+        );
+        tx.offer(cand(10, 3, 0)).unwrap();
+        tx.offer(cand(10, 4, 0)).unwrap();
+        assert!(rx.wait_wake(Duration::ZERO));
+        assert!(!rx.wait_wake(Duration::ZERO), "one pending wake-up at most");
+        for p in 5..16 {
+            tx.offer(cand(10, p, 0)).unwrap();
+        }
+        assert_eq!(
+            tx.offer(cand(10, 16, 0)).unwrap_err().key,
+            cand(10, 16, 0).key
+        );
+        assert_eq!(rx.len(), 16);
+    }
+
+    #[test]
     fn the_thread_drains_on_finish_and_counts_abandoned_on_stop() {
         let rig1 = rig(MigratorConfig::default());
         map(&rig1, 10, 0..10);
         let stats = Arc::clone(&rig1.stats);
-        let (tx, rx) = crossbeam_channel::bounded(64);
+        let (tx, rx) = candidate_queue(64, 512);
         let handle = MigratorHandle::spawn(rig1.migrator, rx).unwrap();
         for p in 0..10 {
-            tx.send(cand(10, p, 0)).unwrap();
+            tx.offer(cand(10, p, 0)).unwrap();
         }
         handle.send(MigratorEvent::Finish);
         assert!(handle.join(Duration::from_secs(5)));
@@ -819,9 +909,9 @@ mod tests {
         };
         let rig2 = rig(config);
         let stats = Arc::clone(&rig2.stats);
-        let (tx, rx) = crossbeam_channel::bounded(64);
+        let (tx, rx) = candidate_queue(64, 512);
         for p in 0..7 {
-            tx.send(cand(10, p, 0)).unwrap();
+            tx.offer(cand(10, p, 0)).unwrap();
         }
         let handle = MigratorHandle::spawn(rig2.migrator, rx).unwrap();
         handle.send(MigratorEvent::Stop);
