@@ -40,13 +40,24 @@ command -v cpio >/dev/null 2>&1 || missing="$missing cpio"
 if [ -n "$missing" ]; then
 	apt_update
 	log "apt-get install$missing"
-	# By default apt may not remove anything to make room (a host with a newer qemu-utils from
-	# backports conflicts with bookworm's qemu-system). PGHOT_VM_ALLOW_REMOVE=1 (set by CI on its
-	# throwaway machine) lets it.
+	extra=
+	# A host with a newer qemu-utils (e.g. from backports, as on this project's build machines)
+	# conflicts with bookworm's qemu-system: install bookworm's matching qemu-utils alongside (a
+	# downgrade that keeps qemu-img) instead of letting apt remove it.
+	installed_utils=$(dpkg-query -W -f='${Status} ${Version}' qemu-utils 2>/dev/null |
+		awk '$3 == "installed" { print $4 }')
+	candidate=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2 }')
+	if [ -n "$installed_utils" ] && [ -n "$candidate" ] && [ "$installed_utils" != "$candidate" ] &&
+		case "$missing" in *qemu-system-x86*) true ;; *) false ;; esac; then
+		log "qemu-utils $installed_utils does not match qemu-system-x86 $candidate: installing qemu-utils=$candidate with it"
+		extra="qemu-utils=$candidate --allow-downgrades"
+	fi
+	# Nothing else may be removed to make room (PGHOT_VM_ALLOW_REMOVE=1 lifts that, for
+	# throwaway CI machines).
 	no_remove=--no-remove
 	[ "${PGHOT_VM_ALLOW_REMOVE:-0}" = 1 ] && no_remove=
 	# shellcheck disable=SC2086
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $no_remove $missing >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $no_remove $missing $extra >&2
 fi
 
 mkdir -p "$cache"
