@@ -2,31 +2,17 @@
 //! is placed there, so the hot set is on a fast node from the first report on. Promotion from
 //! a real lower tier is measured in the QEMU rig.
 
+mod util;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 
 use pghotd::sampler::AccessOp;
 use pghotd::sampler::trace::parse_line;
 use serde_json::Value;
 
-fn workload() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pghot-workload"))
-}
-
-/// Runs and returns the output, showing everything if the exit code is not `want`.
-fn run(cmd: &mut Command, want: i32) -> Output {
-    let out = cmd.output().expect("spawning pghot-workload");
-    if out.status.code() != Some(want) {
-        panic!(
-            "\ncommand: {cmd:?}\nstatus: {} (want {want})\n--- stdout\n{}\n--- stderr\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    out
-}
+use util::{run_code as run, workload};
 
 struct Report {
     /// (t, hot_fast_pct, accesses) of each progress line.

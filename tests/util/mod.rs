@@ -16,19 +16,36 @@ pub fn pghotd() -> Command {
     cmd
 }
 
+pub fn workload() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pghot-workload"))
+}
+
 /// Runs a command and returns its output, panicking with cmd/stdout/stderr if `expect_ok`
 /// does not match its success.
 pub fn run(cmd: &mut Command, expect_ok: bool) -> Output {
-    let out = cmd.output().expect("spawning pghotd");
+    let out = cmd.output().expect("spawning the command");
     if out.status.success() != expect_ok {
-        panic!(
-            "\ncommand: {cmd:?}\nstatus: {}\n--- stdout\n{}\n--- stderr\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        fail(cmd, &out, if expect_ok { "success" } else { "failure" });
     }
     out
+}
+
+/// Runs a command and returns its output, panicking unless it exits with `code`.
+pub fn run_code(cmd: &mut Command, code: i32) -> Output {
+    let out = cmd.output().expect("spawning the command");
+    if out.status.code() != Some(code) {
+        fail(cmd, &out, &format!("exit code {code}"));
+    }
+    out
+}
+
+fn fail(cmd: &Command, out: &Output, want: &str) -> ! {
+    panic!(
+        "\ncommand: {cmd:?}\nstatus: {} (want {want})\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// Counters from a `--stats-json` file.
