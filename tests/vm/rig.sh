@@ -32,7 +32,7 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --pghotd-args STR   extra pghotd arguments (word-split in the guest)
   --workload-args STR extra pghot-workload arguments (word-split in the guest)
   --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
-  --freq-threshold N  pghotd --freq-threshold for pghotd-emu (default 2)
+  --freq-threshold N  pghotd --freq-threshold for pghotd-emu (default 1, the seed's setting)
   --damon-quota-mb N  DAMON migrate_hot size quota per reset interval (default 128)
   --damon-reset-ms N  DAMON quota reset interval (default 1000)
   --damon-max-regions N  DAMON nr_regions/max (default 1000, the sysfs default)
@@ -57,7 +57,9 @@ pghotd_bin=
 pghotd_args=
 workload_args=
 sample_period=100
-freq_threshold=2
+# The seed's benchmarks all run pghot with freq_threshold=1 ("promote on 1st access, like
+# NUMAB2"); pghotd's own default is 2.
+freq_threshold=1
 damon_quota_mb=128
 damon_reset_ms=1000
 damon_max_regions=1000
