@@ -57,7 +57,14 @@ if [ -n "$missing" ]; then
 	no_remove=--no-remove
 	[ "${PGHOT_VM_ALLOW_REMOVE:-0}" = 1 ] && no_remove=
 	# shellcheck disable=SC2086
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $no_remove $missing $extra >&2
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $no_remove $missing $extra >&2; then
+		if [ -z "$extra" ] || [ -n "$no_remove" ]; then
+			die "apt-get install$missing failed (see above)"
+		fi
+		log "retrying without pinning qemu-utils (PGHOT_VM_ALLOW_REMOVE=1: apt may replace it)"
+		# shellcheck disable=SC2086
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >&2
+	fi
 fi
 
 mkdir -p "$cache"
