@@ -118,6 +118,34 @@ fn only_managed_pids_are_recorded() {
 }
 
 #[test]
+fn several_sources_feed_one_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.trace"), dir.path().join("b.trace"));
+    // The same 20 pages of one pid, one sample each per source: only together do they reach
+    // the threshold of 2.
+    std::fs::write(&a, lower_tier_trace(&[900_001], 20, 1)).unwrap();
+    std::fs::write(&b, lower_tier_trace(&[900_001], 20, 1)).unwrap();
+    let stats = dir.path().join("stats.json");
+    util::run(
+        util::pghotd()
+            .arg("--source")
+            .arg(format!("trace:{}", a.display()))
+            .arg("--source")
+            .arg(format!("trace:{}", b.display()))
+            .args(["--dry-run", "--sysfs-root"])
+            .arg(util::qemu_3node())
+            .arg("--stats-json")
+            .arg(&stats),
+        true,
+    );
+    let c = util::counters(&stats);
+    assert_eq!(c["source_trace_samples"], 40);
+    assert_eq!(c["pghot_recorded_accesses"], 40);
+    assert_eq!(c["pgpromote_candidate"], 20);
+    assert_eq!(c["pgpromote_success"], 20);
+}
+
+#[test]
 fn stdin_source_replays_until_eof() {
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
