@@ -51,25 +51,15 @@ fi
 # --- guest kernel and busybox -------------------------------------------------------------
 pghot_vm_guest
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/pghot-capture.XXXXXX")
-cleanup() {
-	pghot_vm_kill_guest
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+pghot_vm_workdir pghot-capture
+work=$PGHOT_VM_WORK
 
 # --- initramfs ----------------------------------------------------------------------------
 root=$work/initramfs
 pghot_vm_initramfs_root "$root"
 cat > "$root/init" <<'INIT'
 #!/bin/busybox sh
-/bin/busybox --install -s
-mount -t devtmpfs devtmpfs /dev
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
+. /etc/pghot-vm-mounts.sh
 # Keep printk off the console so it cannot interleave with the base64 stream.
 dmesg -n 1
 

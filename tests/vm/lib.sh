@@ -93,12 +93,36 @@ pghot_vm_guest() {
 	command -v cpio >/dev/null || die "cpio not found; run tests/vm/fetch-guest.sh as root"
 }
 
-# pghot_vm_initramfs_root DIR: create DIR as an initramfs tree holding busybox and the empty
-# mount points; the caller adds /init and anything else.
+# pghot_vm_workdir PREFIX: make a temporary work directory (in PGHOT_VM_WORK) that an EXIT trap
+# removes, together with any guest still running.
+pghot_vm_workdir() {
+	PGHOT_VM_WORK=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")
+	trap pghot_vm_cleanup EXIT
+	trap 'exit 130' INT TERM
+}
+
+# shellcheck disable=SC2317 # run by the EXIT trap
+pghot_vm_cleanup() {
+	pghot_vm_kill_guest
+	rm -rf "$PGHOT_VM_WORK"
+}
+
+# pghot_vm_initramfs_root DIR: create DIR as an initramfs tree holding busybox, the empty mount
+# points and /etc/pghot-vm-mounts.sh (sourced by every /init: busybox applets, devtmpfs first so
+# redirections work, then proc, sysfs, tmpfs, debugfs); the caller adds /init and the rest.
 pghot_vm_initramfs_root() {
 	local root=$1
 	mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,proc,sys,dev,tmp,run,etc}
 	cp "$PGHOT_VM_BUSYBOX" "$root/bin/busybox"
+	cat > "$root/etc/pghot-vm-mounts.sh" <<'MOUNTS'
+/bin/busybox --install -s
+mount -t devtmpfs devtmpfs /dev
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+MOUNTS
 }
 
 # pghot_vm_pack DIR OUT: pack the initramfs tree DIR into the gzip'ed newc cpio OUT (files owned

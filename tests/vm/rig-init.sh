@@ -16,13 +16,8 @@
 #   PGHOT-RIG-END
 # Informational lines start with "rig: ". Then poweroff -f.
 
-/bin/busybox --install -s
-mount -t devtmpfs devtmpfs /dev
-mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-mount -t tmpfs tmpfs /tmp
-mount -t tmpfs tmpfs /run
-mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+# shellcheck source=/dev/null # written by pghot_vm_initramfs_root (lib.sh)
+. /etc/pghot-vm-mounts.sh
 # Keep printk off the console so it cannot interleave with the parsed lines.
 dmesg -n 1
 

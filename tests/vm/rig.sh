@@ -149,14 +149,8 @@ for b in "$pghotd_bin" "$workload_bin"; do
 done
 t_built=$(date +%s)
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/pghot-rig.XXXXXX")
-# shellcheck disable=SC2317 # run by the EXIT trap
-cleanup() {
-	pghot_vm_kill_guest
-	rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+pghot_vm_workdir pghot-rig
+work=$PGHOT_VM_WORK
 
 # --- initramfs (one for every scenario; the scenario is on the kernel command line) -------
 root=$work/initramfs
