@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, select};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -218,7 +218,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     );
 
     let deadline = opts.duration.map(|d| started + d);
-    let (reason, failed) = wait_for_end(&events_rx, &threads, deadline);
+    let (reason, mut failed, running) = wait_for_end(&events_rx, &threads, deadline);
 
     // Shut down: sources first (no new candidates), then the migrators.
     stop.stop();
@@ -230,13 +230,11 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
             MigratorEvent::Stop
         });
     }
-    let join_deadline = Instant::now() + Duration::from_secs(1);
+    failed += wait_for_sources(&events_rx, &threads, running);
     for t in threads {
-        while !t.thread.is_finished() && Instant::now() < join_deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        if !t.thread.is_finished() {
-            tracing::warn!("source {} did not stop within a second", t.describe);
+        // Those that reported their end are exiting; one that did not is left detached.
+        if t.thread.is_finished() && t.thread.join().is_err() {
+            tracing::error!("source thread {} panicked", t.describe);
         }
     }
     wait_for_migrators(migrators, &events_rx, drain);
@@ -276,71 +274,114 @@ fn spawn(
 }
 
 /// Waits until every source has ended, a signal arrives or the deadline passes. Returns why,
-/// and how many sources failed.
+/// how many sources failed, and how many still run.
 fn wait_for_end(
     events: &Receiver<Event>,
     threads: &[SourceThread],
     deadline: Option<Instant>,
-) -> (StopReason, usize) {
+) -> (StopReason, usize, usize) {
     let mut running = threads.len();
     let mut failed = 0;
     loop {
         let event = match deadline {
             Some(d) => match events.recv_deadline(d) {
                 Ok(e) => e,
-                Err(RecvTimeoutError::Timeout) => return (StopReason::Duration, failed),
-                Err(RecvTimeoutError::Disconnected) => return (StopReason::SourcesEnded, failed),
+                Err(RecvTimeoutError::Timeout) => return (StopReason::Duration, failed, running),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return (StopReason::SourcesEnded, failed, 0);
+                }
             },
             None => match events.recv() {
                 Ok(e) => e,
-                Err(_) => return (StopReason::SourcesEnded, failed),
+                Err(_) => return (StopReason::SourcesEnded, failed, 0),
             },
         };
         match event {
             Event::SourceEnded { index, result } => {
-                let name = &threads[index].describe;
-                match result {
-                    Ok(()) => tracing::info!("source {index} ({name}) ended"),
-                    Err(e) => {
-                        tracing::error!("source {index} ({name}) failed: {e}");
-                        failed += 1;
-                    }
-                }
+                failed += usize::from(!source_ended(threads, index, result));
                 running -= 1;
                 if running == 0 {
-                    return (StopReason::SourcesEnded, failed);
+                    return (StopReason::SourcesEnded, failed, 0);
                 }
             }
             Event::Signal(signal) => {
                 tracing::info!("signal {signal}: stopping");
-                return (StopReason::Signal, failed);
+                return (StopReason::Signal, failed, running);
             }
         }
     }
 }
 
-/// Waits for the migrators; a signal during a drain turns it into a stop.
-fn wait_for_migrators(migrators: Vec<MigratorHandle>, events: &Receiver<Event>, draining: bool) {
-    let mut stopping = !draining;
-    let mut deadline = Instant::now() + Duration::from_secs(1);
-    while migrators.iter().any(|m| !m.is_finished()) {
-        if draining && !stopping {
-            if let Ok(Event::Signal(signal)) = events.recv_timeout(Duration::from_millis(10)) {
-                tracing::info!("signal {signal} during drain: abandoning queued candidates");
-                for m in &migrators {
-                    m.send(MigratorEvent::Stop);
-                }
-                stopping = true;
-                deadline = Instant::now() + Duration::from_secs(1);
+/// Logs a source's end; false if it failed.
+fn source_ended(threads: &[SourceThread], index: usize, result: Result<(), SourceError>) -> bool {
+    let name = &threads[index].describe;
+    match result {
+        Ok(()) => {
+            tracing::info!("source {index} ({name}) ended");
+            true
+        }
+        Err(e) => {
+            tracing::error!("source {index} ({name}) failed: {e}");
+            false
+        }
+    }
+}
+
+/// After a stop, waits up to a second for the `running` sources to report their end (they
+/// check the stop token every 100 ms). Returns how many of them failed.
+fn wait_for_sources(events: &Receiver<Event>, threads: &[SourceThread], running: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let (mut left, mut failed) = (running, 0);
+    while left > 0 {
+        match events.recv_deadline(deadline) {
+            Ok(Event::SourceEnded { index, result }) => {
+                failed += usize::from(!source_ended(threads, index, result));
+                left -= 1;
             }
-        } else if Instant::now() >= deadline {
-            break;
-        } else {
-            std::thread::sleep(Duration::from_millis(5));
+            // Already stopping: a second signal changes nothing.
+            Ok(Event::Signal(_)) => {}
+            Err(_) => {
+                tracing::warn!("{left} source(s) did not stop within a second");
+                break;
+            }
+        }
+    }
+    failed
+}
+
+/// Waits for the migrators; a signal during a drain turns it into a stop, which they must
+/// finish within a second.
+fn wait_for_migrators(migrators: Vec<MigratorHandle>, events: &Receiver<Event>, draining: bool) {
+    let mut deadline = (!draining).then(|| Instant::now() + Duration::from_secs(1));
+    let never = crossbeam_channel::never();
+    let mut events_open = true;
+    for m in &migrators {
+        loop {
+            // A drain has no deadline: it ends when the queues are empty.
+            let timeout = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let events = if events_open { events } else { &never };
+            select! {
+                // Disconnects when the migrator thread exits.
+                recv(m.done()) -> _ => break,
+                recv(events) -> event => match event {
+                    Ok(Event::Signal(signal)) if deadline.is_none() => {
+                        tracing::info!("signal {signal} during drain: abandoning queued candidates");
+                        for m in &migrators {
+                            m.send(MigratorEvent::Stop);
+                        }
+                        deadline = Some(Instant::now() + Duration::from_secs(1));
+                    }
+                    Ok(_) => {}
+                    Err(_) => events_open = false,
+                },
+                default(timeout) => if deadline.is_some() { break },
+            }
         }
     }
     for m in migrators {
-        m.join(Duration::from_millis(10));
+        m.join(Duration::ZERO);
     }
 }
 

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
 use crate::hotness::HotTable;
 use crate::hotness::ingest::Candidate;
@@ -384,6 +384,7 @@ fn is_transient(counter: Counter) -> bool {
 pub struct MigratorHandle {
     node: NodeId,
     events: Sender<MigratorEvent>,
+    done: Receiver<()>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -395,12 +396,18 @@ impl MigratorHandle {
     ) -> std::io::Result<MigratorHandle> {
         let node = migrator.node();
         let (events_tx, events_rx) = crossbeam_channel::bounded(16);
+        // Never sent on: the thread drops it when it exits, which disconnects `done`.
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
         let thread = std::thread::Builder::new()
             .name(format!("pghot-mig/node{node}"))
-            .spawn(move || run(&mut migrator, &candidates, &events_rx))?;
+            .spawn(move || {
+                let _done = done_tx;
+                run(&mut migrator, &candidates, &events_rx);
+            })?;
         Ok(MigratorHandle {
             node,
             events: events_tx,
+            done: done_rx,
             thread: Some(thread),
         })
     }
@@ -409,8 +416,10 @@ impl MigratorHandle {
         self.node
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    /// Disconnects (a `recv` returns an error) once the thread has exited: wait on it in a
+    /// `select!` with other channels.
+    pub fn done(&self) -> &Receiver<()> {
+        &self.done
     }
 
     pub fn send(&self, event: MigratorEvent) {
@@ -420,16 +429,12 @@ impl MigratorHandle {
 
     /// Waits for the thread to exit, up to `timeout`. Returns false if it is still running.
     pub fn join(mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
         let Some(thread) = self.thread.take() else {
             return true;
         };
-        while !thread.is_finished() {
-            if Instant::now() >= deadline {
-                tracing::warn!(node = self.node, "migrator did not stop within {timeout:?}");
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
+        if self.done.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout) {
+            tracing::warn!(node = self.node, "migrator did not stop within {timeout:?}");
+            return false;
         }
         if thread.join().is_err() {
             tracing::error!(node = self.node, "migrator thread panicked");
