@@ -176,8 +176,9 @@ impl<W: Write> TraceWriter<W> {
     }
 
     pub fn write_sample(&mut self, s: &Sample) -> io::Result<()> {
-        // Built by hand into one stack buffer: `write!` cost 165 ns a line against 95-100 ns (`cargo bench --bench trace`), which is most of
-        // what an emulated-IBS workload pays per sample (and slows it several-fold under TCG).
+        // Built by hand into one stack buffer: `write!` cost 165 ns a line, this 95-100 ns
+        // (`cargo bench --bench trace`); it is most of what an emulated-IBS workload pays per
+        // sample, and much more under TCG.
         let mut line = LineBuf::default();
         line.dec(s.time_ns);
         line.byte(b' ');
