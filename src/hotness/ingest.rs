@@ -484,6 +484,20 @@ mod tests {
     }
 
     #[test]
+    fn lost_records_count_in_and_out() {
+        let (ingest, stats, _rx) = setup(&[], None, 16);
+        let mut r = ingest.recorder();
+        r.count(Counter::SourceLostRecords, 5);
+        r.record(&sample(100, 0x1000, Some(0), DataSource::LocalDram));
+        drop(r);
+        let s = stats.snapshot();
+        assert_eq!(s.get("pghot_source_lost_records"), 5);
+        assert_eq!(s.get("hwhint_total_events"), 6);
+        assert_eq!(s.get("hwhint_dropped_events"), 5);
+        assert_eq!(s.get("hwhint_useful_events"), 1);
+    }
+
+    #[test]
     fn samples_without_a_node_are_resolved_by_the_kernel() {
         let (ingest, stats, rx) = setup(&[], None, 16);
         let mut r = ingest.recorder();

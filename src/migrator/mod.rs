@@ -748,6 +748,22 @@ mod tests {
     }
 
     #[test]
+    fn reconfigure_applies_a_lower_rate_to_existing_buckets() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..400);
+        rig.migrator.process(&mut vec![cand(10, 0, 0)]);
+        rig.migrator.reconfigure(MigratorConfig {
+            promote_rate_limit_mbps: 1,
+            ..MigratorConfig::default()
+        });
+        rig.migrator
+            .process(&mut (1..400).map(|p| cand(10, p, 0)).collect());
+        // The bucket was capped to the new one-second burst: 256 pages.
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1 + 256);
+        assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 399 - 256);
+    }
+
+    #[test]
     fn migrators_share_the_budget_of_a_destination() {
         let config = MigratorConfig {
             promote_rate_limit_mbps: 1, // 256 pages per second to each destination
