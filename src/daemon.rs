@@ -112,10 +112,11 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         return Err(DaemonError::NoSources);
     }
     // Open every source before any thread starts, so a bad path fails the start cleanly.
+    let open_ctx = config.open_context();
     let sources: Vec<Box<dyn Source>> = config
         .sources
         .iter()
-        .map(|spec| spec.open())
+        .map(|spec| spec.open(&open_ctx))
         .collect::<Result<_, _>>()?;
 
     let lower = topology.lower_tier_nodes();
@@ -194,12 +195,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     let mut threads = Vec::new();
     for (index, mut source) in sources.into_iter().enumerate() {
         let describe = source.describe();
-        let mut recorder = ingest.recorder();
+        let sinks = Arc::clone(&ingest);
         let tx = events_tx.clone();
         let stop = stop.clone();
         let thread = spawn(format!("pghot-src/{index}"), move || {
-            let result = source.run(&mut recorder, &stop);
-            recorder.finish();
+            // Each sink resolves its deferred samples and flushes its counts when dropped.
+            let result = source.run(&sinks, &stop);
             let _ = tx.send(Event::SourceEnded { index, result });
         })?;
         tracing::info!("source {index}: {describe}");

@@ -127,8 +127,9 @@ fn check_config(config: &Config) -> ExitCode {
         eprintln!("pghotd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    let open_ctx = config.open_context();
     for spec in &config.sources {
-        if let Err(e) = spec.open() {
+        if let Err(e) = spec.open(&open_ctx) {
             eprintln!("pghotd: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }

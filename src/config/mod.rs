@@ -207,6 +207,14 @@ struct Setting<T> {
 }
 
 impl Config {
+    /// What the sources need to know when they open.
+    pub fn open_context(&self) -> crate::sampler::OpenContext {
+        crate::sampler::OpenContext {
+            pids: self.pids.clone(),
+            sysfs_root: self.sysfs_root.clone(),
+        }
+    }
+
     /// Loads `path` (an explicit `--config` must exist; the default path may be absent), then
     /// applies the flags.
     pub fn load(path: Option<&Path>, args: &TunableArgs) -> Result<Config, ConfigError> {

@@ -18,7 +18,7 @@ use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
 use crate::migrator::CandidateSender;
 use crate::migrator::mover::{Mover, SysMover};
 use crate::sampler::trace::TraceWriter;
-use crate::sampler::{DataSource, Sample, SampleSink, SourceKind};
+use crate::sampler::{DataSource, Sample, SampleSink, SinkFactory, SourceKind};
 use crate::stats::{Counter, LocalCounts, Stats};
 use crate::topology::{NodeId, Topology};
 
@@ -383,6 +383,12 @@ impl SampleSink for Recorder {
             self.ingest.stats.add(Counter::HwhintDroppedEvents, n);
         }
         self.ingest.stats.add(counter, n);
+    }
+}
+
+impl SinkFactory for Arc<Ingest> {
+    fn sink(&self) -> Box<dyn SampleSink + Send> {
+        Box::new(self.recorder())
     }
 }
 

@@ -89,6 +89,12 @@ pub trait SampleSink {
     fn count(&mut self, counter: Counter, n: u64);
 }
 
+/// Makes one sink per source thread: a per-CPU sampler runs one thread, and needs one sink, per
+/// CPU. Sinks flush what they hold when dropped.
+pub trait SinkFactory: Sync {
+    fn sink(&self) -> Box<dyn SampleSink + Send>;
+}
+
 /// A stop request shared between the daemon and its worker threads.
 #[derive(Debug, Clone, Default)]
 pub struct StopToken(Arc<AtomicBool>);
@@ -129,7 +135,17 @@ pub trait Source: Send {
     fn kind(&self) -> SourceKind;
     /// Short description for logs and status (`trace:/tmp/x.trace`).
     fn describe(&self) -> String;
-    fn run(&mut self, sink: &mut dyn SampleSink, stop: &StopToken) -> Result<(), SourceError>;
+    /// Produces samples into sinks made by `sinks` (one per thread the source runs).
+    fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError>;
+}
+
+/// What a source may need to know when it opens: whom it serves and where the kernel's files are.
+#[derive(Debug, Clone, Default)]
+pub struct OpenContext {
+    /// Managed pids; empty means every process in scope.
+    pub pids: Vec<u32>,
+    /// Prefix for `/sys` (tests point it at a fixture).
+    pub sysfs_root: std::path::PathBuf,
 }
 
 /// A parsed `--source` / `enabled_sources` entry.
@@ -148,7 +164,7 @@ impl SourceSpec {
     }
 
     /// Opens the source now, so a bad path fails at startup rather than in a thread.
-    pub fn open(&self) -> Result<Box<dyn Source>, SourceError> {
+    pub fn open(&self, _ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
         match self {
             SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
         }
@@ -159,6 +175,58 @@ impl std::fmt::Display for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+        }
+    }
+}
+
+/// Test sinks that keep every sample and count, shared across the threads of a source.
+#[cfg(test)]
+pub(crate) mod collect {
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use super::{Sample, SampleSink, SinkFactory};
+    use crate::stats::Counter;
+
+    #[derive(Default)]
+    pub(crate) struct Collected {
+        pub samples: Vec<Sample>,
+        pub counts: Vec<(Counter, u64)>,
+    }
+
+    impl Collected {
+        pub fn count_of(&self, counter: Counter) -> u64 {
+            self.counts
+                .iter()
+                .filter(|(c, _)| *c == counter)
+                .map(|(_, n)| n)
+                .sum()
+        }
+    }
+
+    /// A factory whose sinks all append to one shared `Collected`.
+    #[derive(Clone, Default)]
+    pub(crate) struct Collector(pub Arc<Mutex<Collected>>);
+
+    impl Collector {
+        pub fn take(&self) -> Collected {
+            std::mem::take(&mut *self.0.lock())
+        }
+    }
+
+    impl SampleSink for Collector {
+        fn record(&mut self, sample: &Sample) {
+            self.0.lock().samples.push(*sample);
+        }
+        fn count(&mut self, counter: Counter, n: u64) {
+            self.0.lock().counts.push((counter, n));
+        }
+    }
+
+    impl SinkFactory for Collector {
+        fn sink(&self) -> Box<dyn SampleSink + Send> {
+            Box::new(self.clone())
         }
     }
 }

@@ -20,7 +20,9 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::{AccessOp, DataSource, Sample, SampleSink, Source, SourceError, SourceKind, StopToken};
+use super::{
+    AccessOp, DataSource, Sample, SinkFactory, Source, SourceError, SourceKind, StopToken,
+};
 use crate::stats::Counter;
 use crate::topology::NodeId;
 
@@ -425,7 +427,8 @@ impl Source for TraceSource {
         format!("trace:{}", self.path)
     }
 
-    fn run(&mut self, sink: &mut dyn SampleSink, stop: &StopToken) -> Result<(), SourceError> {
+    fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
+        let mut sink = sinks.sink();
         // The reader must see the daemon's token while it waits in poll.
         self.reader.get_mut().stop = stop.clone();
         let mut line = Vec::with_capacity(256);
@@ -488,6 +491,7 @@ impl Source for TraceSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::collect::Collector;
 
     fn sample() -> Sample {
         Sample {
@@ -602,22 +606,6 @@ mod tests {
         assert_eq!(parsed, vec![sample(), minimal]);
     }
 
-    #[derive(Default)]
-    struct Collect {
-        samples: Vec<Sample>,
-        bad: u64,
-    }
-
-    impl SampleSink for Collect {
-        fn record(&mut self, sample: &Sample) {
-            self.samples.push(*sample);
-        }
-        fn count(&mut self, counter: Counter, n: u64) {
-            assert_eq!(counter, Counter::TraceBadLines);
-            self.bad += n;
-        }
-    }
-
     #[test]
     fn source_skips_bad_lines_and_keeps_the_rest() {
         let dir = tempfile::tempdir().unwrap();
@@ -628,11 +616,13 @@ mod tests {
         text.extend_from_slice(b"\xff\n2 0 1 1 0x2000 - S extmem 2");
         std::fs::write(&path, text).unwrap();
         let mut src = TraceSource::open(path.to_str().unwrap()).unwrap();
-        let mut sink = Collect::default();
-        src.run(&mut sink, &StopToken::new()).unwrap();
-        assert_eq!(sink.samples.len(), 2);
-        assert_eq!(sink.samples[1].vaddr, 0x2000);
-        assert_eq!(sink.bad, 3);
+        let sinks = Collector::default();
+        src.run(&sinks, &StopToken::new()).unwrap();
+        let got = sinks.take();
+        assert_eq!(got.samples.len(), 2);
+        assert_eq!(got.samples[1].vaddr, 0x2000);
+        assert_eq!(got.count_of(Counter::TraceBadLines), 3);
+        assert!(got.counts.iter().all(|(c, _)| *c == Counter::TraceBadLines));
     }
 
     #[test]
@@ -664,10 +654,10 @@ mod tests {
             writeln!(f, "1 0 1 1 0x1000 - L dram 0").unwrap();
             writeln!(f, "2 0 1 1 0x2000 - L dram 0").unwrap();
         });
-        let mut sink = Collect::default();
-        src.run(&mut sink, &StopToken::new()).unwrap();
+        let sinks = Collector::default();
+        src.run(&sinks, &StopToken::new()).unwrap();
         writer.join().unwrap();
-        assert_eq!(sink.samples.len(), 2);
+        assert_eq!(sinks.take().samples.len(), 2);
 
         // With no writer at all, the source waits until asked to stop.
         let mut idle = TraceSource::open(fifo.to_str().unwrap()).unwrap();
@@ -679,9 +669,9 @@ mod tests {
                 stop.stop();
             })
         };
-        let mut sink = Collect::default();
-        idle.run(&mut sink, &stop).unwrap();
+        let sinks = Collector::default();
+        idle.run(&sinks, &stop).unwrap();
         stopper.join().unwrap();
-        assert!(sink.samples.is_empty());
+        assert!(sinks.take().samples.is_empty());
     }
 }
