@@ -115,6 +115,21 @@ counters! {
     MigratorSyscalls => "migrator_move_pages_calls",
     /// Malformed lines skipped by the trace source.
     TraceBadLines => "trace_bad_lines",
+    /// Times the kernel stopped a perf event for the rest of a tick (too many samples).
+    PerfThrottleEvents => "perf_throttle_events",
+    /// Times the kernel restarted a throttled perf event.
+    PerfUnthrottleEvents => "perf_unthrottle_events",
+    /// Perf records that could not be parsed (or a corrupt ring batch), skipped.
+    PerfBadRecords => "perf_bad_records",
+}
+
+impl Counter {
+    /// Events a source saw (or lost) and dropped before making a sample of them. The sink counts
+    /// them in `hwhint_total_events` and `hwhint_dropped_events` too, so that
+    /// total = useful + dropped holds whatever the source.
+    pub fn is_source_drop(self) -> bool {
+        matches!(self, Counter::SourceLostRecords | Counter::PerfBadRecords)
+    }
 }
 
 /// Number of global counters.

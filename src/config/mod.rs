@@ -18,6 +18,8 @@ use toml::Spanned;
 use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
+use crate::sampler::pagefault::PageFaultTunables;
+use crate::sampler::perf::PerfSettings;
 use crate::topology::NodeId;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
@@ -81,6 +83,22 @@ pub struct RawConfig {
     pub pids: Option<Spanned<Vec<i64>>>,
     pub dry_run: Option<Spanned<bool>>,
     pub sysfs_root: Option<Spanned<String>>,
+    pub perf: Option<RawPerf>,
+    pub pagefault: Option<RawPageFault>,
+}
+
+/// `[perf]`: the per-CPU ring buffers of every perf source.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPerf {
+    pub ring_pages: Option<Spanned<i64>>,
+}
+
+/// `[pagefault]`: the page-fault source.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPageFault {
+    pub period: Option<Spanned<i64>>,
 }
 
 /// The same keys as CLI flags (all optional; a given flag overrides the file).
@@ -125,6 +143,12 @@ pub struct TunableArgs {
     /// Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came from).
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,
+    /// Data pages of each CPU's perf ring buffer, a power of two [default: 64].
+    #[arg(long = "perf-ring-pages", value_name = "PAGES")]
+    pub perf_ring_pages: Option<i64>,
+    /// The pagefault source samples one of every N faults per CPU [default: 1].
+    #[arg(long = "pagefault-period", value_name = "N")]
+    pub pagefault_period: Option<i64>,
 }
 
 /// Validated configuration.
@@ -137,6 +161,8 @@ pub struct Config {
     pub max_tracked_pages: usize,
     pub pids: Vec<u32>,
     pub sysfs_root: PathBuf,
+    pub perf: PerfSettings,
+    pub pagefault: PageFaultTunables,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
 }
@@ -151,6 +177,8 @@ impl Default for Config {
             max_tracked_pages: 1 << 20,
             pids: Vec::new(),
             sysfs_root: PathBuf::from("/sys"),
+            perf: PerfSettings::default(),
+            pagefault: PageFaultTunables::default(),
             loaded_from: None,
         }
     }
@@ -198,6 +226,8 @@ pub mod limits {
     pub const HEAT_HALFLIFE_MS: (i64, i64) = (1, 3_600_000);
     pub const NODE: (i64, i64) = (0, 1023);
     pub const PID: (i64, i64) = (1, (1 << 22) - 1);
+    pub const PERF_RING_PAGES: (i64, i64) = (1, 1 << 14);
+    pub const PAGEFAULT_PERIOD: (i64, i64) = (1, 1 << 30);
 }
 
 /// One setting with where it came from.
@@ -212,6 +242,8 @@ impl Config {
         crate::sampler::OpenContext {
             pids: self.pids.clone(),
             sysfs_root: self.sysfs_root.clone(),
+            perf: self.perf,
+            pagefault: self.pagefault,
         }
     }
 
@@ -274,6 +306,8 @@ impl Config {
                 value: PathBuf::from(s.value),
                 origin: s.origin,
             }),
+            perf_ring_pages: setting(raw.perf.and_then(|t| t.ring_pages), &at),
+            pagefault_period: setting(raw.pagefault.and_then(|t| t.period), &at),
         })
     }
 
@@ -302,6 +336,8 @@ impl Config {
             pids: flag(Some(args.pids.clone()).filter(|v| !v.is_empty()), "pid"),
             dry_run: flag(args.dry_run.then_some(true), "dry-run"),
             sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
+            perf_ring_pages: flag(args.perf_ring_pages, "perf-ring-pages"),
+            pagefault_period: flag(args.pagefault_period, "pagefault-period"),
         })
     }
 
@@ -375,6 +411,26 @@ impl Config {
         if let Some(v) = &s.dry_run {
             self.migrator.dry_run = v.value;
         }
+        if let Some(v) = &s.perf_ring_pages {
+            let pages = ranged(
+                &v.origin,
+                "perf.ring_pages",
+                v.value,
+                PERF_RING_PAGES.0,
+                PERF_RING_PAGES.1,
+            )?;
+            if !(pages as u64).is_power_of_two() {
+                return Err(ConfigError::Invalid {
+                    origin: v.origin.clone(),
+                    key: "perf.ring_pages",
+                    detail: format!("{pages} is not a power of two (perf rings are 2^n pages)"),
+                });
+            }
+            self.perf.ring_pages = pages as usize;
+        }
+        if let Some(n) = num(&s.pagefault_period, "pagefault.period", PAGEFAULT_PERIOD)? {
+            self.pagefault.period = n as u64;
+        }
         if let Some(v) = s.sysfs_root {
             if !v.value.is_dir() {
                 return Err(ConfigError::Invalid {
@@ -430,6 +486,8 @@ struct Settings {
     pids: Option<Setting<Vec<i64>>>,
     dry_run: Option<Setting<bool>>,
     sysfs_root: Option<Setting<PathBuf>>,
+    perf_ring_pages: Option<Setting<i64>>,
+    pagefault_period: Option<Setting<i64>>,
 }
 
 #[cfg(test)]
@@ -494,13 +552,37 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("line 1"), "{err}");
-        let err = from_file("enabled_sources = [\"ibs\"]")
+        let err = from_file("enabled_sources = [\"ibz\"]")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("enabled_sources: unknown source 'ibs'"),
+            err.contains("enabled_sources: unknown source 'ibz'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn perf_tables_are_read_and_checked() {
+        let c = from_file("[perf]\nring_pages = 256\n[pagefault]\nperiod = 4\n").unwrap();
+        assert_eq!((c.perf.ring_pages, c.pagefault.period), (256, 4));
+        let err = from_file("freq_threshold = 2\n[perf]\nring_pages = 100\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 3: perf.ring_pages: 100 is not a power of two"),
+            "{err}"
+        );
+        let err = from_file("[pagefault]\nperiod = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("pagefault.period = 0 is out of range"),
+            "{err}"
+        );
+        let err = from_file("[perf]\nring_page = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `ring_page`"), "{err}");
     }
 
     #[test]

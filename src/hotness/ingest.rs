@@ -376,8 +376,8 @@ impl SampleSink for Recorder {
     }
 
     fn count(&mut self, counter: Counter, n: u64) {
-        if counter == Counter::SourceLostRecords {
-            // Lost records are events we never saw: count them in and out so that
+        if counter.is_source_drop() {
+            // Events the source dropped (or never saw): count them in and out so that
             // total = useful + dropped holds.
             self.ingest.stats.add(Counter::HwhintTotalEvents, n);
             self.ingest.stats.add(Counter::HwhintDroppedEvents, n);

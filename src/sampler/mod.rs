@@ -6,13 +6,15 @@
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod pagefault;
+pub mod perf;
 pub mod trace;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::stats::Counter;
-use crate::topology::NodeId;
+use crate::topology::{NodeId, SysfsRoot};
 
 /// Load or store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,14 +52,16 @@ impl DataSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     Trace,
+    PageFault,
 }
 
 impl SourceKind {
-    pub const ALL: &'static [SourceKind] = &[SourceKind::Trace];
+    pub const ALL: &'static [SourceKind] = &[SourceKind::Trace, SourceKind::PageFault];
 
     pub const fn name(self) -> &'static str {
         match self {
             SourceKind::Trace => "trace",
+            SourceKind::PageFault => "pagefault",
         }
     }
 }
@@ -126,9 +130,14 @@ pub enum SourceError {
         path: String,
         source: std::io::Error,
     },
-    #[error("unknown source '{0}' (known: trace:PATH)")]
+    #[error("unknown source '{0}' (known: {KNOWN_SPECS})")]
     UnknownSpec(String),
+    #[error(transparent)]
+    Perf(#[from] perf::PerfError),
 }
+
+/// Every `--source` spelling, for help and errors.
+pub const KNOWN_SPECS: &str = "pagefault, trace:PATH";
 
 /// A sample producer. `run` blocks until the input ends or `stop` is raised.
 pub trait Source: Send {
@@ -146,6 +155,8 @@ pub struct OpenContext {
     pub pids: Vec<u32>,
     /// Prefix for `/sys` (tests point it at a fixture).
     pub sysfs_root: std::path::PathBuf,
+    pub perf: perf::PerfSettings,
+    pub pagefault: pagefault::PageFaultTunables,
 }
 
 /// A parsed `--source` / `enabled_sources` entry.
@@ -153,20 +164,29 @@ pub struct OpenContext {
 pub enum SourceSpec {
     /// `trace:PATH`; `-` is stdin.
     Trace(String),
+    /// The `page-faults` software event on every CPU.
+    PageFault,
 }
 
 impl SourceSpec {
     pub fn parse(spec: &str) -> Result<Self, SourceError> {
         match spec.split_once(':') {
             Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
+            None if spec == "pagefault" => Ok(SourceSpec::PageFault),
             _ => Err(SourceError::UnknownSpec(spec.to_string())),
         }
     }
 
     /// Opens the source now, so a bad path fails at startup rather than in a thread.
-    pub fn open(&self, _ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
+    pub fn open(&self, ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
         match self {
             SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
+            SourceSpec::PageFault => Ok(Box::new(perf::PerfSource::open(
+                pagefault::plan(&ctx.pagefault),
+                ctx.perf,
+                SysfsRoot::new(&ctx.sysfs_root),
+                format!("pagefault (period {})", ctx.pagefault.period),
+            )?)),
         }
     }
 }
@@ -175,6 +195,7 @@ impl std::fmt::Display for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+            SourceSpec::PageFault => f.write_str("pagefault"),
         }
     }
 }
@@ -207,20 +228,33 @@ pub(crate) mod collect {
 
     /// A factory whose sinks all append to one shared `Collected`.
     #[derive(Clone, Default)]
-    pub(crate) struct Collector(pub Arc<Mutex<Collected>>);
+    pub(crate) struct Collector {
+        pub shared: Arc<Mutex<Collected>>,
+        /// Keep only this process's samples (system-wide sources see every process).
+        pub only_pid: Option<u32>,
+    }
 
     impl Collector {
+        pub fn this_process() -> Self {
+            Self {
+                only_pid: Some(std::process::id()),
+                ..Self::default()
+            }
+        }
+
         pub fn take(&self) -> Collected {
-            std::mem::take(&mut *self.0.lock())
+            std::mem::take(&mut *self.shared.lock())
         }
     }
 
     impl SampleSink for Collector {
         fn record(&mut self, sample: &Sample) {
-            self.0.lock().samples.push(*sample);
+            if self.only_pid.is_none_or(|pid| pid == sample.pid) {
+                self.shared.lock().samples.push(*sample);
+            }
         }
         fn count(&mut self, counter: Counter, n: u64) {
-            self.0.lock().counts.push((counter, n));
+            self.shared.lock().counts.push((counter, n));
         }
     }
 

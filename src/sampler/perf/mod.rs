@@ -1,0 +1,650 @@
+//! The per-CPU perf sampler shared by every perf-based source (IBS, PEBS, page faults).
+//!
+//! A source describes itself as a [`PerfPlan`]: the events to open on each CPU (system-wide,
+//! pid -1), the `sample_type` they share, and a [`SampleDecoder`] that turns a sample record into
+//! a [`Sample`] or a counted drop reason. [`PerfSource`] opens the plan on every online CPU before
+//! any thread starts, then runs one thread `pghot-smp/N` per CPU: poll the ring, drain it in
+//! batches, parse, decode, and hand samples to that thread's own sink. No channel and no shared
+//! lock on the sample path.
+//!
+//! Loss is counted, never hidden: PERF_RECORD_LOST and LOST_SAMPLES go to
+//! `pghot_source_lost_records` (and so into `hwhint_dropped_events`), throttling to
+//! `perf_throttle_events`/`perf_unthrottle_events` with a log line. CPUs that go offline lose
+//! their events in the kernel (reference ibs-perf.md §7.4), so the run loop watches
+//! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return.
+
+mod open;
+pub mod record;
+pub mod ring;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use self::open::CpuEvents;
+use self::record::{Record, SampleFormat, SampleRecord};
+use super::{
+    AccessOp, DataSource, Sample, SampleSink, SinkFactory, Source, SourceError, SourceKind,
+    StopToken,
+};
+use crate::stats::Counter;
+use crate::topology::SysfsRoot;
+use crate::topology::sysfs::parse_list;
+
+/// How often the run loop looks for CPUs that came or went.
+const HOTPLUG_POLL: Duration = Duration::from_millis(500);
+/// How long a CPU thread sleeps in poll(2) before it drains anyway and checks for a stop.
+const DRAIN_INTERVAL_MS: u16 = 100;
+/// Malformed records logged per CPU before going quiet (all are counted).
+const LOGGED_BAD_RECORDS: u64 = 5;
+
+/// One event to open on every CPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSpec {
+    /// For errors and logs: `ibs_op`, `mem-loads`, `page-faults`.
+    pub name: String,
+    pub pmu_type: u32,
+    pub config: u64,
+    pub config1: u64,
+    pub config2: u64,
+    pub period: u64,
+    pub precise_ip: u8,
+    /// Ask the kernel to drop kernel-mode samples; IBS before Linux 6.14 refuses this (the
+    /// decoder then drops them itself).
+    pub exclude_kernel: bool,
+}
+
+/// Turns one sample record into a [`Sample`], or names the counter of why it was dropped.
+pub trait SampleDecoder: Send + Sync {
+    /// `event` is the index in the plan of the event that wrote the record. `out` arrives with
+    /// the generic fields (time, cpu, pid, tid, source) filled and `vaddr` set to the record's
+    /// `addr`.
+    fn decode(&self, rec: &SampleRecord<'_>, event: usize, out: &mut Sample)
+    -> Result<(), Counter>;
+}
+
+/// What a perf source opens and how it reads what comes back.
+pub struct PerfPlan {
+    pub kind: SourceKind,
+    pub events: Vec<EventSpec>,
+    /// Open `events[1..]` in a group led by `events[0]` (PEBS mem-loads-aux); otherwise they
+    /// are independent and only share the ring.
+    pub grouped: bool,
+    pub format: SampleFormat,
+    pub decoder: Box<dyn SampleDecoder>,
+}
+
+/// Settings of the per-CPU machinery, whatever the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerfSettings {
+    /// Data pages per CPU ring (a power of two).
+    pub ring_pages: usize,
+}
+
+impl Default for PerfSettings {
+    fn default() -> Self {
+        // 64 pages = 256 KiB per CPU: at 72-byte samples, 3600 records, i.e. >300 ms of a
+        // busy CPU at 10k samples/s, far more than the 100 ms drain interval.
+        Self { ring_pages: 64 }
+    }
+}
+
+/// Why a perf source could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("reading the online CPUs ({path}): {detail}")]
+    OnlineCpus { path: String, detail: String },
+    #[error("{0}")]
+    FdBudget(String),
+    #[error("{kind} could not open on any CPU:\n  {}", errors.join("\n  "))]
+    NoCpu {
+        kind: &'static str,
+        errors: Vec<String>,
+    },
+}
+
+/// A perf-based source: one sampler thread per online CPU.
+pub struct PerfSource {
+    plan: Arc<PerfPlan>,
+    settings: PerfSettings,
+    sysfs: SysfsRoot,
+    /// Opened at startup, handed to their threads by `run`.
+    opened: Vec<CpuEvents>,
+    describe: String,
+}
+
+impl PerfSource {
+    /// Opens the plan on every online CPU now, so that startup fails with one clear error. A
+    /// CPU that cannot be opened while others can is logged and retried by the hotplug watch.
+    pub fn open(
+        plan: PerfPlan,
+        settings: PerfSettings,
+        sysfs: SysfsRoot,
+        describe: String,
+    ) -> Result<PerfSource, PerfError> {
+        let cpus = online_cpus(&sysfs)?;
+        open::ensure_fd_budget((cpus.len() * plan.events.len()) as u64)
+            .map_err(PerfError::FdBudget)?;
+        let mut opened = Vec::new();
+        let mut errors = Vec::new();
+        for &cpu in &cpus {
+            match open::open_cpu(&plan, cpu, settings.ring_pages) {
+                Ok(events) => opened.push(events),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if opened.is_empty() {
+            return Err(PerfError::NoCpu {
+                kind: plan.kind.name(),
+                errors,
+            });
+        }
+        for e in &errors {
+            tracing::warn!(
+                "{}: {e}; will retry when the CPU list changes",
+                plan.kind.name()
+            );
+        }
+        Ok(PerfSource {
+            plan: Arc::new(plan),
+            settings,
+            sysfs,
+            opened,
+            describe,
+        })
+    }
+}
+
+/// A running CPU thread.
+struct CpuThread<'scope> {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::ScopedJoinHandle<'scope, ()>,
+}
+
+impl Source for PerfSource {
+    fn kind(&self) -> SourceKind {
+        self.plan.kind
+    }
+
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
+        let plan = &*self.plan;
+        let settings = self.settings;
+        let sysfs = &self.sysfs;
+        let opened = std::mem::take(&mut self.opened);
+        std::thread::scope(|scope| {
+            let mut running: BTreeMap<u32, CpuThread<'_>> = BTreeMap::new();
+            for events in opened {
+                let cpu = events.cpu;
+                if let Some(t) = start_cpu(scope, events, plan, sinks, stop) {
+                    running.insert(cpu, t);
+                }
+            }
+            tracing::info!(
+                "{}: sampling on cpu {}",
+                plan.kind.name(),
+                cpu_list(running.keys())
+            );
+            let mut last_online: Option<Vec<u32>> = None;
+            let mut next_check = Instant::now() + HOTPLUG_POLL;
+            while !stop.is_stopped() {
+                std::thread::sleep(Duration::from_millis(u64::from(DRAIN_INTERVAL_MS)));
+                if Instant::now() < next_check {
+                    continue;
+                }
+                next_check = Instant::now() + HOTPLUG_POLL;
+                let online = match online_cpus(sysfs) {
+                    Ok(cpus) => cpus,
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        continue;
+                    }
+                };
+                // A CPU that failed to open is retried only when the online set changes.
+                let changed = last_online.as_ref() != Some(&online);
+                let gone: Vec<u32> = running
+                    .keys()
+                    .copied()
+                    .filter(|c| !online.contains(c))
+                    .collect();
+                for cpu in gone {
+                    if let Some(t) = running.remove(&cpu) {
+                        t.stop.store(true, Ordering::Release);
+                        let _ = t.thread.join();
+                        tracing::info!("{}: cpu {cpu} went offline", plan.kind.name());
+                    }
+                }
+                if changed {
+                    let new: Vec<u32> = online
+                        .iter()
+                        .copied()
+                        .filter(|c| !running.contains_key(c))
+                        .collect();
+                    for cpu in new {
+                        match open::open_cpu(plan, cpu, settings.ring_pages) {
+                            Ok(events) => {
+                                if let Some(t) = start_cpu(scope, events, plan, sinks, stop) {
+                                    running.insert(cpu, t);
+                                    tracing::info!("{}: cpu {cpu} came online", plan.kind.name());
+                                }
+                            }
+                            Err(e) => tracing::warn!("{}: {e}", plan.kind.name()),
+                        }
+                    }
+                }
+                last_online = Some(online);
+            }
+            for t in running.into_values() {
+                t.stop.store(true, Ordering::Release);
+                let _ = t.thread.join();
+            }
+        });
+        Ok(())
+    }
+}
+
+/// Starts the sampler thread of one CPU with a sink of its own.
+fn start_cpu<'scope, 'env>(
+    scope: &'scope std::thread::Scope<'scope, 'env>,
+    events: CpuEvents,
+    plan: &'env PerfPlan,
+    sinks: &'env dyn SinkFactory,
+    stop: &StopToken,
+) -> Option<CpuThread<'scope>> {
+    let cpu = events.cpu;
+    let cpu_stop = Arc::new(AtomicBool::new(false));
+    let mut sink = sinks.sink();
+    let (flag, global) = (Arc::clone(&cpu_stop), stop.clone());
+    let spawned = std::thread::Builder::new()
+        .name(format!("pghot-smp/{cpu}"))
+        .spawn_scoped(scope, move || {
+            run_cpu(events, plan, &mut *sink, &global, &flag);
+        });
+    match spawned {
+        Ok(thread) => Some(CpuThread {
+            stop: cpu_stop,
+            thread,
+        }),
+        Err(e) => {
+            tracing::error!("starting the sampler thread of cpu {cpu}: {e}");
+            None
+        }
+    }
+}
+
+/// One CPU's loop: wait for the ring to fill (or 100 ms), drain it, until asked to stop.
+fn run_cpu(
+    mut events: CpuEvents,
+    plan: &PerfPlan,
+    sink: &mut dyn SampleSink,
+    stop: &StopToken,
+    cpu_stop: &AtomicBool,
+) {
+    let mut reader = CpuReader::new(plan, events.cpu);
+    loop {
+        let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
+        let mut fds = [PollFd::new(events.fd(), PollFlags::POLLIN)];
+        if !stopping
+            && let Err(e) = poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS))
+            && e != nix::errno::Errno::EINTR
+        {
+            tracing::error!(
+                "cpu {}: polling the perf ring: {e}; sampler stops",
+                events.cpu
+            );
+            break;
+        }
+        reader.drain(&mut events, sink);
+        if stopping {
+            break;
+        }
+    }
+}
+
+/// Parses and decodes one CPU's records into its sink.
+pub struct CpuReader<'a> {
+    plan: &'a PerfPlan,
+    cpu: u32,
+    bad_records: u64,
+    throttles: u64,
+}
+
+impl<'a> CpuReader<'a> {
+    pub fn new(plan: &'a PerfPlan, cpu: u32) -> Self {
+        Self {
+            plan,
+            cpu,
+            bad_records: 0,
+            throttles: 0,
+        }
+    }
+
+    fn drain(&mut self, events: &mut CpuEvents, sink: &mut dyn SampleSink) {
+        let ids = &events.ids;
+        let slot_of = |id: u64| open::slot_of(ids, id);
+        if let Err(e) = events
+            .ring
+            .drain(|bytes| self.handle(bytes, &slot_of, sink))
+        {
+            sink.count(Counter::PerfBadRecords, 1);
+            tracing::warn!("cpu {}: {e}", self.cpu);
+        }
+    }
+
+    /// Drains an in-memory ring holding one event's records (benches and tests).
+    pub fn drain_ring(&mut self, ring: &mut ring::Ring, sink: &mut dyn SampleSink) -> usize {
+        let slot_of = |_| Some(0);
+        ring.drain(|bytes| self.handle(bytes, &slot_of, sink))
+            .unwrap_or_default()
+    }
+
+    #[inline]
+    fn handle(
+        &mut self,
+        bytes: &[u8],
+        slot_of: &dyn Fn(u64) -> Option<usize>,
+        sink: &mut dyn SampleSink,
+    ) {
+        match record::parse(bytes, self.plan.format) {
+            Ok(Record::Sample(rec)) => {
+                let Some(slot) = slot_of(rec.id) else {
+                    return self.bad(sink, "sample from an event this sampler did not open");
+                };
+                let mut sample = Sample {
+                    time_ns: rec.time,
+                    cpu: rec.cpu,
+                    pid: rec.pid,
+                    tid: rec.tid,
+                    vaddr: rec.addr,
+                    paddr: None,
+                    op: AccessOp::Load,
+                    served_from: DataSource::Unknown,
+                    node: None,
+                    latency: None,
+                    source: self.plan.kind,
+                };
+                match self.plan.decoder.decode(&rec, slot, &mut sample) {
+                    Ok(()) => sink.record(&sample),
+                    Err(reason) => sink.count(reason, 1),
+                }
+            }
+            Ok(Record::Lost { lost } | Record::LostSamples { lost }) => {
+                sink.count(Counter::SourceLostRecords, lost);
+            }
+            Ok(Record::Throttle { .. }) => {
+                sink.count(Counter::PerfThrottleEvents, 1);
+                self.throttles += 1;
+                // The first and then every 100th: throttling repeats every tick while it lasts.
+                if self.throttles % 100 == 1 {
+                    tracing::warn!(
+                        "cpu {}: the kernel throttled sampling ({} times so far); raise the \
+                         period or kernel.perf_event_max_sample_rate",
+                        self.cpu,
+                        self.throttles
+                    );
+                }
+            }
+            Ok(Record::Unthrottle { .. }) => sink.count(Counter::PerfUnthrottleEvents, 1),
+            Ok(Record::Other { .. }) => {}
+            Err(e) => self.bad(sink, &e.to_string()),
+        }
+    }
+
+    fn bad(&mut self, sink: &mut dyn SampleSink, what: &str) {
+        sink.count(Counter::PerfBadRecords, 1);
+        self.bad_records += 1;
+        if self.bad_records <= LOGGED_BAD_RECORDS {
+            tracing::warn!("cpu {}: bad perf record: {what}", self.cpu);
+        }
+    }
+}
+
+/// The online CPUs, from `devices/system/cpu/online`.
+pub fn online_cpus(sysfs: &SysfsRoot) -> Result<Vec<u32>, PerfError> {
+    let rel = "devices/system/cpu/online";
+    let err = |detail: String| PerfError::OnlineCpus {
+        path: sysfs.path(rel).display().to_string(),
+        detail,
+    };
+    let text = sysfs.read(rel).map_err(|e| err(e.to_string()))?;
+    parse_list(text.trim()).ok_or_else(|| err(format!("not a CPU list: {:?}", text.trim())))
+}
+
+fn cpu_list<'a>(cpus: impl Iterator<Item = &'a u32>) -> String {
+    cpus.map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use super::record::{SampleFormat, build};
+    use super::ring::{Ring, RingWriter};
+    use super::*;
+    use crate::sampler::collect::Collector;
+    use crate::sampler::pagefault::{self, PageFaultTunables};
+
+    const PAGE: usize = 4096;
+
+    /// Maps `pages` fresh anonymous pages and writes one byte in each: one fault per page. (A
+    /// heap allocation could reuse pages the allocator already faulted in.)
+    fn touch_fresh_pages(pages: usize) -> (u64, u64) {
+        let len = pages * PAGE;
+        // SAFETY: a new private anonymous mapping; checked for failure below.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED);
+        for i in (0..len).step_by(PAGE) {
+            // SAFETY: `i` is inside the mapping made above.
+            unsafe { ptr.cast::<u8>().add(i).write_volatile(1) };
+        }
+        // SAFETY: unmapping exactly the mapping made above, which nothing else refers to.
+        unsafe { libc::munmap(ptr, len) };
+        (ptr as u64, ptr as u64 + len as u64)
+    }
+
+    fn pages_seen(samples: &[Sample], (lo, hi): (u64, u64), cpu: Option<u32>) -> usize {
+        let pid = std::process::id();
+        samples
+            .iter()
+            .filter(|s| s.pid == pid && (lo..hi).contains(&s.vaddr))
+            .filter(|s| cpu.is_none_or(|c| s.cpu == c))
+            .map(|s| s.vaddr / PAGE as u64)
+            .collect::<HashSet<_>>()
+            .len()
+    }
+
+    /// Stops the source when the test ends, also by a failed assertion: a scope does not
+    /// return (or unwind) before its threads end.
+    struct StopOnDrop<'a>(&'a StopToken);
+
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.stop();
+        }
+    }
+
+    fn pagefault_source(sysfs: SysfsRoot) -> PerfSource {
+        PerfSource::open(
+            pagefault::plan(&PageFaultTunables::default()),
+            PerfSettings { ring_pages: 256 },
+            sysfs,
+            "pagefault".into(),
+        )
+        .expect("the page-faults software event opens (needs root or CAP_PERFMON)")
+    }
+
+    #[test]
+    fn page_fault_samples_name_this_process_and_each_fresh_page() {
+        let mut source = pagefault_source(SysfsRoot::new("/sys"));
+        let (sinks, stop) = (Collector::this_process(), StopToken::new());
+        let range = std::thread::scope(|s| {
+            let runner = s.spawn(|| source.run(&sinks, &stop));
+            let _guard = StopOnDrop(&stop);
+            let range = touch_fresh_pages(2048);
+            std::thread::sleep(Duration::from_millis(300));
+            stop.stop();
+            runner.join().unwrap().unwrap();
+            range
+        });
+        let got = sinks.take();
+        let lost = got.count_of(Counter::SourceLostRecords) as usize;
+        let seen = pages_seen(&got.samples, range, None);
+        assert!(
+            seen + lost >= 2048,
+            "saw {seen} of 2048 pages ({lost} records lost)"
+        );
+        assert!(seen >= 1024, "saw only {seen} of 2048 pages");
+        assert!(
+            got.samples
+                .iter()
+                .all(|s| s.source == SourceKind::PageFault)
+        );
+    }
+
+    fn pin_to(cpu: usize) {
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).unwrap();
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+    }
+
+    #[test]
+    fn cpus_that_come_online_get_a_sampler_and_those_that_leave_lose_it() {
+        if online_cpus(&SysfsRoot::new("/sys")).unwrap().len() < 2 {
+            eprintln!("skipped: needs two online CPUs");
+            return;
+        }
+        // A fake sysfs whose online list the test changes, as hotplug would.
+        let dir = tempfile::tempdir().unwrap();
+        let online = dir.path().join("devices/system/cpu/online");
+        std::fs::create_dir_all(online.parent().unwrap()).unwrap();
+        std::fs::write(&online, "0\n").unwrap();
+        let mut source = pagefault_source(SysfsRoot::new(dir.path()));
+        let (sinks, stop) = (Collector::this_process(), StopToken::new());
+        let settle = HOTPLUG_POLL * 2 + Duration::from_millis(200);
+        // Pages a thread pinned to cpu 1 faults in, as seen on cpu 1 within `wait`.
+        let on_cpu1 = |sinks: &Collector, wait: Duration| {
+            let range = std::thread::scope(|s| {
+                s.spawn(|| {
+                    pin_to(1);
+                    touch_fresh_pages(256)
+                })
+                .join()
+                .unwrap()
+            });
+            let (deadline, mut samples) = (Instant::now() + wait, Vec::new());
+            while Instant::now() < deadline && pages_seen(&samples, range, Some(1)) < 256 {
+                std::thread::sleep(Duration::from_millis(50));
+                samples.extend(sinks.take().samples);
+            }
+            pages_seen(&samples, range, Some(1))
+        };
+        std::thread::scope(|s| {
+            let runner = s.spawn(|| source.run(&sinks, &stop));
+            let _guard = StopOnDrop(&stop);
+            std::thread::sleep(Duration::from_millis(200));
+            let quiet = Duration::from_millis(500);
+            assert_eq!(on_cpu1(&sinks, quiet), 0, "cpu 1 sampled while 'offline'");
+            std::fs::write(&online, "0-1\n").unwrap();
+            std::thread::sleep(settle);
+            let seen = on_cpu1(&sinks, Duration::from_secs(5));
+            assert!(
+                seen > 128,
+                "cpu 1 sampled once 'online': {seen} of 256 pages"
+            );
+            std::fs::write(&online, "0\n").unwrap();
+            std::thread::sleep(settle);
+            assert_eq!(on_cpu1(&sinks, quiet), 0, "cpu 1 sampled after it left");
+            stop.stop();
+            runner.join().unwrap().unwrap();
+        });
+    }
+
+    /// Drops samples at odd addresses, to check that decoder drops are counted.
+    struct OddDropper;
+
+    impl SampleDecoder for OddDropper {
+        fn decode(&self, rec: &SampleRecord<'_>, _: usize, _: &mut Sample) -> Result<(), Counter> {
+            if rec.addr % 2 == 1 {
+                Err(Counter::DropNoAddress)
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    #[test]
+    fn every_record_kind_ends_in_a_sample_or_a_counter() {
+        let format = SampleFormat::new(
+            u64::from(bindings_tid_addr()), // TID | TIME | ADDR | CPU
+        )
+        .unwrap();
+        let plan = PerfPlan {
+            kind: SourceKind::PageFault,
+            events: Vec::new(),
+            grouped: false,
+            format,
+            decoder: Box::new(OddDropper),
+        };
+        let mut ring = Ring::in_memory(1 << 16).unwrap();
+        let w = RingWriter::new(&ring);
+        let sample = |addr| SampleRecord {
+            pid: 42,
+            tid: 43,
+            time: 1000 + addr,
+            addr,
+            cpu: 1,
+            ..build::empty()
+        };
+        for addr in [0x1000u64, 0x1001, 0x2000] {
+            assert!(w.push(&build::sample(format, &sample(addr))));
+        }
+        assert!(w.push(&build::lost(7)));
+        assert!(w.push(&build::throttle(false, 1)));
+        assert!(w.push(&build::throttle(true, 2)));
+        let mut truncated = build::sample(format, &sample(0x3000));
+        truncated.truncate(16);
+        truncated[6..8].copy_from_slice(&16u16.to_ne_bytes());
+        assert!(w.push(&truncated));
+        let sinks = Collector::default();
+        let mut sink = sinks.sink();
+        let read = CpuReader::new(&plan, 1).drain_ring(&mut ring, &mut *sink);
+        assert_eq!(read, 7);
+        let got = sinks.take();
+        let addrs: Vec<u64> = got.samples.iter().map(|s| s.vaddr).collect();
+        assert_eq!(addrs, [0x1000, 0x2000]);
+        assert_eq!(
+            (got.samples[0].pid, got.samples[0].time_ns),
+            (42, 0x1000 + 1000)
+        );
+        for (counter, n) in [
+            (Counter::DropNoAddress, 1),
+            (Counter::SourceLostRecords, 7),
+            (Counter::PerfThrottleEvents, 1),
+            (Counter::PerfUnthrottleEvents, 1),
+            (Counter::PerfBadRecords, 1),
+        ] {
+            assert_eq!(got.count_of(counter), n, "{}", counter.name());
+        }
+    }
+
+    fn bindings_tid_addr() -> u32 {
+        use perf_event_open_sys::bindings as b;
+        b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_ADDR | b::PERF_SAMPLE_CPU
+    }
+}

@@ -1,0 +1,140 @@
+//! The per-CPU perf sampler for real: `pghotd --source pagefault` watching a child process
+//! (`pghot-workload`) fault in a fresh buffer. Needs root or CAP_PERFMON, as CI has.
+
+mod util;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use pghotd::sampler::trace::parse_line;
+use serde_json::Value;
+
+use util::{counters, pghotd, run, workload};
+
+/// Waits until the daemon's log says that sampling runs, and keeps draining its stderr.
+fn wait_for_sampling(child: &mut std::process::Child) -> std::thread::JoinHandle<String> {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut log = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("sampling on cpu") {
+                let _ = tx.send(());
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        log
+    });
+    if rx.recv_timeout(Duration::from_secs(20)).is_err() {
+        let _ = child.kill();
+        panic!("pghotd did not start sampling:\n{}", reader.join().unwrap());
+    }
+    reader
+}
+
+#[test]
+fn pagefault_source_sees_a_child_fault_in_its_buffer_and_the_counters_add_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (rec, stats) = (dir.path().join("rec.trace"), dir.path().join("stats.json"));
+    let mut daemon = pghotd()
+        .args([
+            "--source",
+            "pagefault",
+            "--dry-run",
+            "--perf-ring-pages",
+            "512",
+        ])
+        .arg("--record")
+        .arg(&rec)
+        .arg("--stats-json")
+        .arg(&stats)
+        .args(["--duration", "60", "--log", "info"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pghotd");
+    let log = wait_for_sampling(&mut daemon);
+
+    // 16 MiB placed on node 0: the placement touches each of its 4096 pages once.
+    let out = run(
+        workload().args([
+            "--size-mb",
+            "16",
+            "--pattern",
+            "uniform",
+            "--node",
+            "0",
+            "--duration",
+            "0.2",
+        ]),
+        true,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let result: Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .expect("RESULT line");
+    let child = result["pid"].as_u64().unwrap() as u32;
+    let (lo, hi) = stdout
+        .lines()
+        .find(|l| l.starts_with("start:"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("buffer="))
+        })
+        .and_then(|r| r.split_once('-'))
+        .map(|(a, b)| {
+            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+            (hex(a), hex(b))
+        })
+        .expect("start line with buffer=LO-HI");
+
+    // Let the sampler drain, then stop the daemon the way systemd would.
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = nix::unistd::Pid::from_raw(daemon.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::SIGTERM).unwrap();
+    let started = Instant::now();
+    let status = daemon.wait().unwrap();
+    let log = log.join().unwrap();
+    assert!(status.success(), "pghotd failed:\n{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "slow stop:\n{log}"
+    );
+
+    let text = std::fs::read_to_string(&rec).unwrap();
+    let samples: Vec<_> = text
+        .lines()
+        .filter_map(|l| parse_line(l).unwrap())
+        .collect();
+    let pages: HashSet<u64> = samples
+        .iter()
+        .filter(|s| s.pid == child && (lo..hi).contains(&s.vaddr))
+        .map(|s| s.vaddr >> 12)
+        .collect();
+    let c = counters(&stats);
+    let get = |name: &str| c[name].as_u64().unwrap_or_else(|| panic!("{name}"));
+    let lost = get("pghot_source_lost_records");
+    assert!(
+        pages.len() as u64 + lost >= 4096 - 1 && pages.len() >= 2048,
+        "saw {} of the child's 4096 buffer pages, {lost} records lost:\n{log}",
+        pages.len()
+    );
+    // Every sample the daemon got is in the recording and in the counters.
+    assert_eq!(get("source_pagefault_samples"), samples.len() as u64);
+    assert_eq!(
+        get("hwhint_total_events"),
+        samples.len() as u64 + lost + get("perf_bad_records")
+    );
+    assert_eq!(
+        get("hwhint_total_events"),
+        get("hwhint_useful_events") + get("hwhint_dropped_events")
+    );
+    assert!(
+        get("pghot_drop_out_of_scope") > 0,
+        "pghotd's own faults are out of scope"
+    );
+}
