@@ -6,6 +6,7 @@
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod pmu;
 pub mod trace;
 
 use std::sync::Arc;
