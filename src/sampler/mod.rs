@@ -8,6 +8,7 @@
 
 pub mod datasrc;
 pub mod hwsample;
+pub mod ibs;
 pub mod pmu;
 pub mod trace;
 
