@@ -9,6 +9,7 @@
 pub mod datasrc;
 pub mod hwsample;
 pub mod ibs;
+pub mod pebs;
 pub mod pmu;
 pub mod trace;
 
