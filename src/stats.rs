@@ -49,6 +49,22 @@ counters! {
     HwhintExtmemAccesses => "hwhint_extmem_accesses",
     /// Useful samples served from a cache; they say nothing about memory placement.
     HwhintCacheAccesses => "hwhint_cache_accesses",
+    /// Hardware sample dropped by its source: taken in kernel or hypervisor mode.
+    HwhintKernelMode => "hwhint_kernel_mode",
+    /// Hardware sample dropped by its source: taken while a guest ran.
+    HwhintGuestMode => "hwhint_guest_mode",
+    /// Hardware sample dropped by its source: neither a load nor a store.
+    HwhintNonLoadStores => "hwhint_non_load_stores",
+    /// Hardware sample dropped by its source: served by L1 (or Intel's line fill buffer).
+    HwhintL1Hits => "hwhint_l1_hits",
+    /// Hardware sample dropped by its source: served by L2.
+    HwhintL2Hits => "hwhint_l2_hits",
+    /// Hardware sample dropped by its source: no valid linear data address.
+    HwhintInvalidAddr => "hwhint_invalid_addr",
+    /// Hardware sample dropped by its source: kernel data address.
+    HwhintKernelAddr => "hwhint_kernel_addr",
+    /// Hardware sample dropped by its source: marked invalid, or a malformed RAW payload.
+    HwhintInvalidSamples => "hwhint_invalid_samples",
     /// Lower-tier samples recorded into the hotness table.
     PghotRecordedAccesses => "pghot_recorded_accesses",
     /// Dropped: pid 0 (idle or kernel context).
@@ -124,11 +140,24 @@ counters! {
 }
 
 impl Counter {
-    /// Events a source saw (or lost) and dropped before making a sample of them. The sink counts
-    /// them in `hwhint_total_events` and `hwhint_dropped_events` too, so that
-    /// total = useful + dropped holds whatever the source.
-    pub fn is_source_drop(self) -> bool {
-        matches!(self, Counter::SourceLostRecords | Counter::PerfBadRecords)
+    /// Events a source saw (or lost) and dropped before making a sample of them: records lost or
+    /// malformed, and one counter per `sampler::hwsample::DropReason`. The sink adds these to
+    /// `hwhint_total_events` and `hwhint_dropped_events` too, so that total = useful + dropped
+    /// covers every event the kernel delivered, whatever the source.
+    pub const fn is_source_drop(self) -> bool {
+        matches!(
+            self,
+            Counter::SourceLostRecords
+                | Counter::PerfBadRecords
+                | Counter::HwhintKernelMode
+                | Counter::HwhintGuestMode
+                | Counter::HwhintNonLoadStores
+                | Counter::HwhintL1Hits
+                | Counter::HwhintL2Hits
+                | Counter::HwhintInvalidAddr
+                | Counter::HwhintKernelAddr
+                | Counter::HwhintInvalidSamples
+        )
     }
 }
 

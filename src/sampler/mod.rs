@@ -6,9 +6,16 @@
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod datasrc;
+pub mod hwsample;
+pub mod ibs;
 pub mod pagefault;
+pub mod pebs;
 pub mod perf;
+pub mod pmu;
 pub mod trace;
+
+pub use hwsample::{DropReason, HwSample};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

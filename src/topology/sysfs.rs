@@ -44,9 +44,8 @@ impl SysfsRoot {
         }
     }
 
-    /// Names in a directory that are `<prefix><number>`, as numbers, sorted. A missing directory
-    /// is an empty list.
-    pub fn numbered_entries(&self, rel: &str, prefix: &str) -> Result<Vec<u64>, TopologyError> {
+    /// The names in a directory, sorted. A missing directory is an empty list.
+    pub fn entry_names(&self, rel: &str) -> Result<Vec<String>, TopologyError> {
         let path = self.path(rel);
         let dir = match std::fs::read_dir(&path) {
             Ok(dir) => dir,
@@ -59,15 +58,23 @@ impl SysfsRoot {
                 path: path.clone(),
                 source,
             })?;
-            if let Some(n) = entry
-                .file_name()
-                .to_str()
-                .and_then(|name| name.strip_prefix(prefix))
-                .and_then(|digits| digits.parse::<u64>().ok())
-            {
-                out.push(n);
+            // sysfs names are ASCII; anything else is not a name pghotd looks for.
+            if let Ok(name) = entry.file_name().into_string() {
+                out.push(name);
             }
         }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Names in a directory that are `<prefix><number>`, as numbers, sorted. A missing directory
+    /// is an empty list.
+    pub fn numbered_entries(&self, rel: &str, prefix: &str) -> Result<Vec<u64>, TopologyError> {
+        let mut out: Vec<u64> = self
+            .entry_names(rel)?
+            .iter()
+            .filter_map(|name| name.strip_prefix(prefix)?.parse().ok())
+            .collect();
         out.sort_unstable();
         Ok(out)
     }

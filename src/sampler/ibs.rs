@@ -1,0 +1,61 @@
+//! AMD IBS op sampling: event configuration, RAW payload decoding and sample classification.
+//!
+//! In: the `ibs_op` [`Pmu`](crate::sampler::pmu::Pmu) from sysfs plus [`IbsTunables`] (at
+//! startup), and per sample the fields the record parser extracted ([`IbsInput`], optionally
+//! with the PERF_SAMPLE_RAW payload). Out: an [`IbsEventConfig`] for perf_event_open, and per
+//! sample an [`HwSample`](crate::sampler::hwsample::HwSample) or the
+//! [`DropReason`](crate::sampler::hwsample::DropReason) to count. Everything here is pure: no
+//! syscalls, no hardware, so it is tested with fixtures and hand-built payloads.
+//!
+//! Facts come from `ibs-perf.md` (§ numbers in comments): the RAW layout (§2.3), the MSR bit
+//! fields (§3.3–3.6), DataSrc encodings (§3.7) and the kernel's DATA_SRC decode with its errata
+//! (§3.9, §7.1). Register layouts are hardware ABI and live in named accessors; config bits the
+//! kernel publishes in `format/` are always taken from sysfs.
+
+mod caps;
+mod classify;
+mod config;
+mod decode;
+mod regs;
+#[cfg(test)]
+mod testraw;
+
+pub use caps::{CpuModel, IbsCaps};
+pub use classify::{IbsInput, classify};
+pub use config::{IbsConfigError, IbsEventConfig, IbsTunables, KernelFilter};
+pub use decode::decode_data_src;
+pub use regs::{DcPageSize, IbsDataSrc, IbsOpRaw, OpCtl, OpData, OpData2, OpData3, RawError};
+
+/// Defines `const fn name(self) -> bool` accessors for single bits of a register newtype.
+macro_rules! flags {
+    ($ty:ident { $($(#[$doc:meta])* $name:ident = $bit:literal;)* }) => {
+        impl $ty {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub const fn $name(self) -> bool {
+                    (self.0 as u64) >> $bit & 1 == 1
+                }
+            )*
+        }
+    };
+}
+
+/// Defines `const fn name(self) -> T` accessors for multi-bit fields (`lo`, `width`).
+macro_rules! fields {
+    ($ty:ident { $($(#[$doc:meta])* $name:ident: $out:ty = $lo:literal, $width:literal;)* }) => {
+        impl $ty {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub const fn $name(self) -> $out {
+                    // Masked to `width` bits first, so the cast cannot truncate.
+                    ((self.0 as u64) >> $lo & ((1u64 << $width) - 1)) as $out
+                }
+            )*
+        }
+    };
+}
+
+use fields;
+use flags;
