@@ -1,11 +1,14 @@
 //! Sample sources: where access samples come from.
 //!
-//! Every source (trace replay now; IBS, PEBS, DAMON and soft-dirty later) turns what it reads into
+//! Every source (trace replay, DAMON and soft-dirty now; IBS and PEBS later) turns what it reads into
 //! [`Sample`]s and hands them to a [`SampleSink`] on its own thread. A source never looks at the
 //! hotness table or the migrators: it only produces samples and counts what it could not parse.
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod damon;
+mod procpid;
+pub mod softdirty;
 pub mod trace;
 
 use std::sync::Arc;
@@ -50,14 +53,19 @@ impl DataSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     Trace,
+    Damon,
+    SoftDirty,
 }
 
 impl SourceKind {
-    pub const ALL: &'static [SourceKind] = &[SourceKind::Trace];
+    pub const ALL: &'static [SourceKind] =
+        &[SourceKind::Trace, SourceKind::Damon, SourceKind::SoftDirty];
 
     pub const fn name(self) -> &'static str {
         match self {
             SourceKind::Trace => "trace",
+            SourceKind::Damon => "damon",
+            SourceKind::SoftDirty => "softdirty",
         }
     }
 }
@@ -87,6 +95,9 @@ pub trait SampleSink {
     fn record(&mut self, sample: &Sample);
     /// Adds to a counter the source owns (lost records, malformed trace lines).
     fn count(&mut self, counter: Counter, n: u64);
+    /// The source finished a pass (a scan, a snapshot): settle anything held back for a batch
+    /// now rather than with the next pass's samples.
+    fn end_batch(&mut self) {}
 }
 
 /// Makes one sink per source thread: a per-CPU sampler runs one thread, and needs one sink, per
@@ -126,8 +137,28 @@ pub enum SourceError {
         path: String,
         source: std::io::Error,
     },
-    #[error("unknown source '{0}' (known: trace:PATH)")]
+    #[error("unknown source '{0}' (known: trace:PATH, damon, softdirty)")]
     UnknownSpec(String),
+    #[error(
+        "{name} needs explicit pids (--pid or pids in the config): it watches processes, not the whole system"
+    )]
+    NeedsPids { name: &'static str },
+    #[error("pid {pid} does not exist")]
+    NoSuchPid { pid: u32 },
+    #[error("{what} is not available in this kernel ({detail}); it needs {option}")]
+    Unsupported {
+        what: &'static str,
+        detail: String,
+        option: &'static str,
+    },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("damon: {0}")]
+    Damon(String),
 }
 
 /// A sample producer. `run` blocks until the input ends or `stop` is raised.
@@ -146,6 +177,10 @@ pub struct OpenContext {
     pub pids: Vec<u32>,
     /// Prefix for `/sys` (tests point it at a fixture).
     pub sysfs_root: std::path::PathBuf,
+    /// Where state that must outlive a crash goes (DAMON's kdamond claim): `/run/pghotd`.
+    pub run_dir: std::path::PathBuf,
+    pub damon: damon::DamonConfig,
+    pub softdirty: softdirty::SoftDirtyConfig,
 }
 
 /// A parsed `--source` / `enabled_sources` entry.
@@ -153,20 +188,28 @@ pub struct OpenContext {
 pub enum SourceSpec {
     /// `trace:PATH`; `-` is stdin.
     Trace(String),
+    /// `damon`: DAMON region snapshots of the managed pids.
+    Damon,
+    /// `softdirty`: pages the managed pids wrote, from soft-dirty bits.
+    SoftDirty,
 }
 
 impl SourceSpec {
     pub fn parse(spec: &str) -> Result<Self, SourceError> {
         match spec.split_once(':') {
             Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
+            None if spec == "damon" => Ok(SourceSpec::Damon),
+            None if spec == "softdirty" => Ok(SourceSpec::SoftDirty),
             _ => Err(SourceError::UnknownSpec(spec.to_string())),
         }
     }
 
     /// Opens the source now, so a bad path fails at startup rather than in a thread.
-    pub fn open(&self, _ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
+    pub fn open(&self, ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
         match self {
             SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
+            SourceSpec::Damon => Ok(Box::new(damon::DamonSource::open(ctx)?)),
+            SourceSpec::SoftDirty => Ok(Box::new(softdirty::SoftDirtySource::open(ctx)?)),
         }
     }
 }
@@ -175,6 +218,8 @@ impl std::fmt::Display for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+            SourceSpec::Damon => f.write_str("damon"),
+            SourceSpec::SoftDirty => f.write_str("softdirty"),
         }
     }
 }
@@ -244,5 +289,18 @@ mod tests {
         assert!(SourceSpec::parse("trace:").is_err());
         let err = SourceSpec::parse("ibs").unwrap_err().to_string();
         assert!(err.contains("unknown source 'ibs'"), "{err}");
+        assert!(err.contains("trace:PATH, damon, softdirty"), "{err}");
+    }
+
+    #[test]
+    fn source_spec_parses_the_software_sources() {
+        for (text, spec) in [
+            ("damon", SourceSpec::Damon),
+            ("softdirty", SourceSpec::SoftDirty),
+        ] {
+            assert_eq!(SourceSpec::parse(text).ok(), Some(spec.clone()));
+            assert_eq!(spec.to_string(), text);
+        }
+        assert!(SourceSpec::parse("damon:x").is_err());
     }
 }
