@@ -137,6 +137,24 @@ counters! {
     PerfUnthrottleEvents => "perf_unthrottle_events",
     /// Perf records that could not be parsed (or a corrupt ring batch), skipped.
     PerfBadRecords => "perf_bad_records",
+    /// Managed pids a software source (damon, softdirty) saw exit; each is logged once.
+    SourcePidExits => "source_pid_exits",
+    /// DAMON snapshots taken (`update_schemes_tried_regions`), one per aggregation interval.
+    DamonSnapshots => "damon_snapshots",
+    /// Accessed regions read from DAMON's snapshots.
+    DamonRegionsSeen => "damon_regions_seen",
+    /// Page credits not emitted because a snapshot hit `damon_max_samples`.
+    DamonCreditsCapped => "damon_credits_capped",
+    /// Soft-dirty passes over every managed pid.
+    SoftdirtyScans => "softdirty_scans",
+    /// Pagemap entries read by the soft-dirty source.
+    SoftdirtyPagesScanned => "softdirty_pages_scanned",
+    /// Present pages found written (soft-dirty); one store sample each.
+    SoftdirtyDirtyPages => "softdirty_dirty_pages",
+    /// Wall time of the soft-dirty passes (maps, pagemap, clear_refs, samples), in ns.
+    SoftdirtyScanNs => "softdirty_scan_ns",
+    /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`.
+    SoftdirtyBudgetStretches => "softdirty_budget_stretches",
 }
 
 impl Counter {

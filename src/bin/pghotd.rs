@@ -43,6 +43,7 @@ const EXIT_UNSUPPORTED: u8 = 3;
 
 fn exit_code(err: &DaemonError) -> u8 {
     match err {
+        DaemonError::Source(pghotd::sampler::SourceError::Unsupported { .. }) => EXIT_UNSUPPORTED,
         DaemonError::Config(_) | DaemonError::NoSources | DaemonError::Source(_) => EXIT_CONFIG,
         DaemonError::Topology(_) => EXIT_UNSUPPORTED,
         _ => EXIT_RUNTIME,

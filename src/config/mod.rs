@@ -18,11 +18,14 @@ use toml::Spanned;
 use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
+use crate::sampler::damon::DamonConfig;
 use crate::sampler::pagefault::PageFaultTunables;
 use crate::sampler::perf::PerfSettings;
+use crate::sampler::softdirty::SoftDirtyConfig;
 use crate::topology::NodeId;
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
+pub const DEFAULT_RUN_DIR: &str = "/run/pghotd";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -85,6 +88,13 @@ pub struct RawConfig {
     pub sysfs_root: Option<Spanned<String>>,
     pub perf: Option<RawPerf>,
     pub pagefault: Option<RawPageFault>,
+    pub softdirty_interval_ms: Option<Spanned<i64>>,
+    pub softdirty_scan_budget_pages: Option<Spanned<i64>>,
+    pub damon_sample_us: Option<Spanned<i64>>,
+    pub damon_aggr_us: Option<Spanned<i64>>,
+    pub damon_min_regions: Option<Spanned<i64>>,
+    pub damon_max_regions: Option<Spanned<i64>>,
+    pub damon_max_samples: Option<Spanned<i64>>,
 }
 
 /// `[perf]`: the per-CPU ring buffers of every perf source.
@@ -104,7 +114,8 @@ pub struct RawPageFault {
 /// The same keys as CLI flags (all optional; a given flag overrides the file).
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct TunableArgs {
-    /// Sample source; repeat for several (trace:PATH, where PATH may be a FIFO or - for stdin).
+    /// Sample source; repeat for several: trace:PATH (PATH may be a FIFO or - for stdin),
+    /// damon or softdirty (these two need --pid).
     #[arg(long = "source", value_name = "SPEC")]
     pub enabled_sources: Vec<String>,
     /// Promote to this node instead of the top-tier node nearest the accessing CPU.
@@ -149,6 +160,27 @@ pub struct TunableArgs {
     /// The pagefault source samples one of every N faults per CPU [default: 1].
     #[arg(long = "pagefault-period", value_name = "N")]
     pub pagefault_period: Option<i64>,
+    /// softdirty: time between passes over the pids [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub softdirty_interval_ms: Option<i64>,
+    /// softdirty: most pagemap entries read per second [default: 1048576].
+    #[arg(long, value_name = "PAGES")]
+    pub softdirty_scan_budget_pages: Option<i64>,
+    /// damon: sampling interval [default: 5000].
+    #[arg(long, value_name = "US")]
+    pub damon_sample_us: Option<i64>,
+    /// damon: aggregation interval, also the snapshot interval [default: 100000].
+    #[arg(long, value_name = "US")]
+    pub damon_aggr_us: Option<i64>,
+    /// damon: fewest monitoring regions [default: 10].
+    #[arg(long, value_name = "N")]
+    pub damon_min_regions: Option<i64>,
+    /// damon: most monitoring regions [default: 1000].
+    #[arg(long, value_name = "N")]
+    pub damon_max_regions: Option<i64>,
+    /// damon: most samples one snapshot emits [default: 16384].
+    #[arg(long, value_name = "N")]
+    pub damon_max_samples: Option<i64>,
 }
 
 /// Validated configuration.
@@ -163,6 +195,10 @@ pub struct Config {
     pub sysfs_root: PathBuf,
     pub perf: PerfSettings,
     pub pagefault: PageFaultTunables,
+    pub damon: DamonConfig,
+    pub softdirty: SoftDirtyConfig,
+    /// Where state that must outlive a crash goes (not a key: tests change it).
+    pub run_dir: PathBuf,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
 }
@@ -179,6 +215,9 @@ impl Default for Config {
             sysfs_root: PathBuf::from("/sys"),
             perf: PerfSettings::default(),
             pagefault: PageFaultTunables::default(),
+            damon: DamonConfig::default(),
+            softdirty: SoftDirtyConfig::default(),
+            run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             loaded_from: None,
         }
     }
@@ -228,6 +267,15 @@ pub mod limits {
     pub const PID: (i64, i64) = (1, (1 << 22) - 1);
     pub const PERF_RING_PAGES: (i64, i64) = (1, 1 << 14);
     pub const PAGEFAULT_PERIOD: (i64, i64) = (1, 1 << 30);
+    pub const SOFTDIRTY_INTERVAL_MS: (i64, i64) = (10, 60_000);
+    pub const SOFTDIRTY_SCAN_BUDGET_PAGES: (i64, i64) = (1024, 1 << 32);
+    pub const DAMON_SAMPLE_US: (i64, i64) = (100, 500_000);
+    /// A snapshot blocks for one aggregation interval; at most half a second keeps a stop
+    /// within the daemon's one-second wait, so the kdamond is always turned off.
+    pub const DAMON_AGGR_US: (i64, i64) = (1000, 500_000);
+    /// DAMON itself needs at least 3 regions.
+    pub const DAMON_REGIONS: (i64, i64) = (3, 1_000_000);
+    pub const DAMON_MAX_SAMPLES: (i64, i64) = (1, 1 << 22);
 }
 
 /// One setting with where it came from.
@@ -244,6 +292,9 @@ impl Config {
             sysfs_root: self.sysfs_root.clone(),
             perf: self.perf,
             pagefault: self.pagefault,
+            run_dir: self.run_dir.clone(),
+            damon: self.damon,
+            softdirty: self.softdirty,
         }
     }
 
@@ -308,6 +359,13 @@ impl Config {
             }),
             perf_ring_pages: setting(raw.perf.and_then(|t| t.ring_pages), &at),
             pagefault_period: setting(raw.pagefault.and_then(|t| t.period), &at),
+            softdirty_interval_ms: setting(raw.softdirty_interval_ms, &at),
+            softdirty_scan_budget_pages: setting(raw.softdirty_scan_budget_pages, &at),
+            damon_sample_us: setting(raw.damon_sample_us, &at),
+            damon_aggr_us: setting(raw.damon_aggr_us, &at),
+            damon_min_regions: setting(raw.damon_min_regions, &at),
+            damon_max_regions: setting(raw.damon_max_regions, &at),
+            damon_max_samples: setting(raw.damon_max_samples, &at),
         })
     }
 
@@ -338,6 +396,16 @@ impl Config {
             sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
             perf_ring_pages: flag(args.perf_ring_pages, "perf-ring-pages"),
             pagefault_period: flag(args.pagefault_period, "pagefault-period"),
+            softdirty_interval_ms: flag(args.softdirty_interval_ms, "softdirty-interval-ms"),
+            softdirty_scan_budget_pages: flag(
+                args.softdirty_scan_budget_pages,
+                "softdirty-scan-budget-pages",
+            ),
+            damon_sample_us: flag(args.damon_sample_us, "damon-sample-us"),
+            damon_aggr_us: flag(args.damon_aggr_us, "damon-aggr-us"),
+            damon_min_regions: flag(args.damon_min_regions, "damon-min-regions"),
+            damon_max_regions: flag(args.damon_max_regions, "damon-max-regions"),
+            damon_max_samples: flag(args.damon_max_samples, "damon-max-samples"),
         })
     }
 
@@ -408,6 +476,7 @@ impl Config {
             }
             self.pids = pids;
         }
+        self.apply_sources(&s)?;
         if let Some(v) = &s.dry_run {
             self.migrator.dry_run = v.value;
         }
@@ -441,6 +510,76 @@ impl Config {
             }
             self.sysfs_root = v.value;
         }
+        Ok(())
+    }
+
+    /// The software sources' tunables, with their cross checks (sample <= aggregation,
+    /// min <= max regions) against what is already set.
+    fn apply_sources(&mut self, s: &Settings) -> Result<(), ConfigError> {
+        use limits::*;
+        let num = |s: &Option<Setting<i64>>, key, (min, max): (i64, i64)| {
+            s.as_ref()
+                .map(|s| ranged(&s.origin, key, s.value, min, max))
+                .transpose()
+        };
+        if let Some(n) = num(
+            &s.softdirty_interval_ms,
+            "softdirty_interval_ms",
+            SOFTDIRTY_INTERVAL_MS,
+        )? {
+            self.softdirty.interval_ms = n as u32;
+        }
+        if let Some(n) = num(
+            &s.softdirty_scan_budget_pages,
+            "softdirty_scan_budget_pages",
+            SOFTDIRTY_SCAN_BUDGET_PAGES,
+        )? {
+            self.softdirty.scan_budget_pages = n as u64;
+        }
+        let mut damon = self.damon;
+        if let Some(n) = num(&s.damon_sample_us, "damon_sample_us", DAMON_SAMPLE_US)? {
+            damon.sample_us = n as u32;
+        }
+        if let Some(n) = num(&s.damon_aggr_us, "damon_aggr_us", DAMON_AGGR_US)? {
+            damon.aggr_us = n as u32;
+        }
+        if let Some(n) = num(&s.damon_min_regions, "damon_min_regions", DAMON_REGIONS)? {
+            damon.min_regions = n as u32;
+        }
+        if let Some(n) = num(&s.damon_max_regions, "damon_max_regions", DAMON_REGIONS)? {
+            damon.max_regions = n as u32;
+        }
+        if let Some(n) = num(&s.damon_max_samples, "damon_max_samples", DAMON_MAX_SAMPLES)? {
+            damon.max_samples = n as u32;
+        }
+        let origin = |a: &Option<Setting<i64>>, b: &Option<Setting<i64>>| {
+            a.as_ref().or(b.as_ref()).map(|s| s.origin.clone())
+        };
+        if damon.sample_us > damon.aggr_us
+            && let Some(origin) = origin(&s.damon_sample_us, &s.damon_aggr_us)
+        {
+            return Err(ConfigError::Invalid {
+                origin,
+                key: "damon_sample_us",
+                detail: format!(
+                    "the sampling interval ({} us) must not exceed the aggregation interval ({} us)",
+                    damon.sample_us, damon.aggr_us
+                ),
+            });
+        }
+        if damon.min_regions > damon.max_regions
+            && let Some(origin) = origin(&s.damon_min_regions, &s.damon_max_regions)
+        {
+            return Err(ConfigError::Invalid {
+                origin,
+                key: "damon_min_regions",
+                detail: format!(
+                    "damon_min_regions ({}) must not exceed damon_max_regions ({})",
+                    damon.min_regions, damon.max_regions
+                ),
+            });
+        }
+        self.damon = damon;
         Ok(())
     }
 
@@ -488,6 +627,13 @@ struct Settings {
     sysfs_root: Option<Setting<PathBuf>>,
     perf_ring_pages: Option<Setting<i64>>,
     pagefault_period: Option<Setting<i64>>,
+    softdirty_interval_ms: Option<Setting<i64>>,
+    softdirty_scan_budget_pages: Option<Setting<i64>>,
+    damon_sample_us: Option<Setting<i64>>,
+    damon_aggr_us: Option<Setting<i64>>,
+    damon_min_regions: Option<Setting<i64>>,
+    damon_max_regions: Option<Setting<i64>>,
+    damon_max_samples: Option<Setting<i64>>,
 }
 
 #[cfg(test)]
@@ -602,6 +748,56 @@ mod tests {
         assert_eq!(
             err,
             "flag --promote-window-ms: promote_window_ms = 0 is out of range; allowed 1..=3600000"
+        );
+    }
+
+    #[test]
+    fn software_source_keys_are_applied_and_checked() {
+        let c = from_file(
+            "enabled_sources = [\"damon\", \"softdirty\"]\nsoftdirty_interval_ms = 500\n\
+             softdirty_scan_budget_pages = 4096\ndamon_sample_us = 1000\ndamon_aggr_us = 50000\n\
+             damon_min_regions = 5\ndamon_max_regions = 50\ndamon_max_samples = 100\n",
+        )
+        .unwrap();
+        assert_eq!(c.sources, vec![SourceSpec::Damon, SourceSpec::SoftDirty]);
+        assert_eq!(c.softdirty.interval_ms, 500);
+        assert_eq!(c.softdirty.scan_budget_pages, 4096);
+        assert_eq!(c.damon.sample_us, 1000);
+        assert_eq!(c.damon.aggr_us, 50000);
+        assert_eq!(c.damon.min_regions, 5);
+        assert_eq!(c.damon.max_regions, 50);
+        assert_eq!(c.damon.max_samples, 100);
+        let err = from_file("damon_aggr_us = 600000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 1: damon_aggr_us = 600000 is out of range; allowed 1000..=500000"),
+            "{err}"
+        );
+        let err = from_file("damon_sample_us = 20000\ndamon_aggr_us = 10000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 1: damon_sample_us: the sampling interval (20000 us)"),
+            "{err}"
+        );
+        // A flag that breaks the file's setting is named.
+        let mut c = from_file("damon_min_regions = 100\n").unwrap();
+        let args = TunableArgs {
+            damon_max_regions: Some(50),
+            ..TunableArgs::default()
+        };
+        let err = c.apply_args(&args).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "flag --damon-max-regions: damon_min_regions: damon_min_regions (100) must not exceed damon_max_regions (50)"
+        );
+        let err = from_file("softdirty_interval_ms = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("softdirty_interval_ms = 5 is out of range"),
+            "{err}"
         );
     }
 

@@ -384,6 +384,12 @@ impl SampleSink for Recorder {
         }
         self.ingest.stats.add(counter, n);
     }
+
+    fn end_batch(&mut self) {
+        if self.resolver.has_deferred() {
+            self.resolve_deferred();
+        }
+    }
 }
 
 impl SinkFactory for Arc<Ingest> {

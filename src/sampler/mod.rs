@@ -1,11 +1,12 @@
 //! Sample sources: where access samples come from.
 //!
-//! Every source (trace replay now; IBS, PEBS, DAMON and soft-dirty later) turns what it reads into
+//! Every source (trace replay, DAMON and soft-dirty now; IBS and PEBS later) turns what it reads into
 //! [`Sample`]s and hands them to a [`SampleSink`] on its own thread. A source never looks at the
 //! hotness table or the migrators: it only produces samples and counts what it could not parse.
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod damon;
 pub mod datasrc;
 pub mod hwsample;
 pub mod ibs;
@@ -13,6 +14,8 @@ pub mod pagefault;
 pub mod pebs;
 pub mod perf;
 pub mod pmu;
+mod procpid;
+pub mod softdirty;
 pub mod trace;
 
 pub use hwsample::{DropReason, HwSample};
@@ -60,15 +63,24 @@ impl DataSource {
 pub enum SourceKind {
     Trace,
     PageFault,
+    Damon,
+    SoftDirty,
 }
 
 impl SourceKind {
-    pub const ALL: &'static [SourceKind] = &[SourceKind::Trace, SourceKind::PageFault];
+    pub const ALL: &'static [SourceKind] = &[
+        SourceKind::Trace,
+        SourceKind::PageFault,
+        SourceKind::Damon,
+        SourceKind::SoftDirty,
+    ];
 
     pub const fn name(self) -> &'static str {
         match self {
             SourceKind::Trace => "trace",
             SourceKind::PageFault => "pagefault",
+            SourceKind::Damon => "damon",
+            SourceKind::SoftDirty => "softdirty",
         }
     }
 }
@@ -98,6 +110,9 @@ pub trait SampleSink {
     fn record(&mut self, sample: &Sample);
     /// Adds to a counter the source owns (lost records, malformed trace lines).
     fn count(&mut self, counter: Counter, n: u64);
+    /// The source finished a pass (a scan, a snapshot): settle anything held back for a batch
+    /// now rather than with the next pass's samples.
+    fn end_batch(&mut self) {}
 }
 
 /// Makes one sink per source thread: a per-CPU sampler runs one thread, and needs one sink, per
@@ -141,10 +156,30 @@ pub enum SourceError {
     UnknownSpec(String),
     #[error(transparent)]
     Perf(#[from] perf::PerfError),
+    #[error(
+        "{name} needs explicit pids (--pid or pids in the config): it watches processes, not the whole system"
+    )]
+    NeedsPids { name: &'static str },
+    #[error("pid {pid} does not exist")]
+    NoSuchPid { pid: u32 },
+    #[error("{what} is not available in this kernel ({detail}); it needs {option}")]
+    Unsupported {
+        what: &'static str,
+        detail: String,
+        option: &'static str,
+    },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("damon: {0}")]
+    Damon(String),
 }
 
 /// Every `--source` spelling, for help and errors.
-pub const KNOWN_SPECS: &str = "pagefault, trace:PATH";
+pub const KNOWN_SPECS: &str = "pagefault, damon, softdirty, trace:PATH";
 
 /// A sample producer. `run` blocks until the input ends or `stop` is raised.
 pub trait Source: Send {
@@ -164,6 +199,10 @@ pub struct OpenContext {
     pub sysfs_root: std::path::PathBuf,
     pub perf: perf::PerfSettings,
     pub pagefault: pagefault::PageFaultTunables,
+    /// Where state that must outlive a crash goes (DAMON's kdamond claim): `/run/pghotd`.
+    pub run_dir: std::path::PathBuf,
+    pub damon: damon::DamonConfig,
+    pub softdirty: softdirty::SoftDirtyConfig,
 }
 
 /// A parsed `--source` / `enabled_sources` entry.
@@ -173,6 +212,10 @@ pub enum SourceSpec {
     Trace(String),
     /// The `page-faults` software event on every CPU.
     PageFault,
+    /// `damon`: DAMON region snapshots of the managed pids.
+    Damon,
+    /// `softdirty`: pages the managed pids wrote, from soft-dirty bits.
+    SoftDirty,
 }
 
 impl SourceSpec {
@@ -180,6 +223,8 @@ impl SourceSpec {
         match spec.split_once(':') {
             Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
             None if spec == "pagefault" => Ok(SourceSpec::PageFault),
+            None if spec == "damon" => Ok(SourceSpec::Damon),
+            None if spec == "softdirty" => Ok(SourceSpec::SoftDirty),
             _ => Err(SourceError::UnknownSpec(spec.to_string())),
         }
     }
@@ -194,6 +239,8 @@ impl SourceSpec {
                 SysfsRoot::new(&ctx.sysfs_root),
                 format!("pagefault (period {})", ctx.pagefault.period),
             )?)),
+            SourceSpec::Damon => Ok(Box::new(damon::DamonSource::open(ctx)?)),
+            SourceSpec::SoftDirty => Ok(Box::new(softdirty::SoftDirtySource::open(ctx)?)),
         }
     }
 }
@@ -203,6 +250,8 @@ impl std::fmt::Display for SourceSpec {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
             SourceSpec::PageFault => f.write_str("pagefault"),
+            SourceSpec::Damon => f.write_str("damon"),
+            SourceSpec::SoftDirty => f.write_str("softdirty"),
         }
     }
 }
@@ -283,7 +332,20 @@ mod tests {
             Some(SourceSpec::Trace("-".into()))
         );
         assert!(SourceSpec::parse("trace:").is_err());
-        let err = SourceSpec::parse("ibs").unwrap_err().to_string();
-        assert!(err.contains("unknown source 'ibs'"), "{err}");
+        let err = SourceSpec::parse("ibz").unwrap_err().to_string();
+        assert!(err.contains("unknown source 'ibz'"), "{err}");
+        assert!(err.contains(KNOWN_SPECS), "{err}");
+    }
+
+    #[test]
+    fn source_spec_parses_the_software_sources() {
+        for (text, spec) in [
+            ("damon", SourceSpec::Damon),
+            ("softdirty", SourceSpec::SoftDirty),
+        ] {
+            assert_eq!(SourceSpec::parse(text).ok(), Some(spec.clone()));
+            assert_eq!(spec.to_string(), text);
+        }
+        assert!(SourceSpec::parse("damon:x").is_err());
     }
 }

@@ -27,6 +27,8 @@ use std::time::Duration;
 pub use pattern::Pattern;
 pub use report::RunResult;
 pub use run::run;
+/// CLOCK_MONOTONIC in ns: the trace's clock, also used by the software sources.
+pub use sys::monotonic_ns;
 
 use crate::topology::{NodeId, TopologyError};
 

@@ -6,11 +6,12 @@
 #
 # It runs the workload with the scenario's promoter (baseline: none; numab2:
 # kernel.numa_balancing=2; damon: a DAMON paddr migrate_hot scheme over the slow node; pghotd-emu:
-# pghotd fed by the workload's emitted samples through a FIFO), streams the workload's output to
+# pghotd fed by the workload's emitted samples through a FIFO; pghotd-softdirty / pghotd-damon:
+# pghotd --source softdirty / damon --pid <workload>, started once the buffer is placed), streams the workload's output to
 # the console and ends with machine-readable lines the host parses:
 #   PGHOT-RIG-BEGIN key=value...        what runs
 #   t=... / RESULT {json}               the workload's own lines
-#   PGHOT-RIG-PGHOTD {json}             pghotd's --stats-json (pghotd-emu)
+#   PGHOT-RIG-PGHOTD {json}             pghotd's --stats-json (pghotd-*)
 #   PGHOT-RIG-STATS key=value...        vmstat deltas (vm_*), CPU seconds, timings
 #   PGHOT-RIG-ERROR text                something went wrong (the run still ends with STATS)
 #   PGHOT-RIG-END
@@ -133,6 +134,20 @@ damon_on() {
 	kdamond_pid=$(cat "$D/0/pid" 2>/dev/null)
 	info "damon: paddr regions$ranges migrate_hot -> node $RIG_TARGET_NID, nr_accesses >= 1, quota ${RIG_DAMON_QUOTA_MB} MiB / ${RIG_DAMON_RESET_MS} ms, sample/aggr $(cat "$C/monitoring_attrs/intervals/sample_us")/$(cat "$C/monitoring_attrs/intervals/aggr_us") us, regions $(cat "$C/monitoring_attrs/nr_regions/min")..$(cat "$C/monitoring_attrs/nr_regions/max"); state=$(cat "$D/0/state") kdamond pid ${kdamond_pid:--}"
 }
+# pghotd_start ARGS...: runs pghotd with ARGS plus the common ones in the background; sets
+# pghotd_sub (the subshell, whose `times` is pghotd's CPU) and pghotd_pid.
+pghotd_start() {
+	# shellcheck disable=SC2086
+	(
+		/bin/pghotd "$@" --freq-threshold "$RIG_FREQ_THRESHOLD" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
+		echo $? > /tmp/pghotd.rc
+		times > /tmp/pghotd.times
+	) &
+	pghotd_sub=$!
+	sleep 0.2
+	pghotd_pid=$(pidof pghotd)
+	info "pghotd pid ${pghotd_pid:--}: pghotd $* --freq-threshold $RIG_FREQ_THRESHOLD --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
+}
 finish() {
 	echo "PGHOT-RIG-END"
 	sync
@@ -178,7 +193,7 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
 done
 info "memory tiers:$tiers; cmdline: $(cat /proc/cmdline)"
 case $scenario in
-baseline | numab2 | damon | pghotd-emu) ;;
+baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon) ;;
 *)
 	err "unknown or missing pghot.scenario '$scenario'"
 	finish
@@ -253,16 +268,7 @@ pghotd_sub=
 case $scenario in
 pghotd-emu)
 	# pghotd opens the FIFO without waiting for a writer and ends when the writer closes.
-	# shellcheck disable=SC2086
-	(
-		/bin/pghotd --source trace:/tmp/samples.fifo --pid "$wl_pid" --freq-threshold "$RIG_FREQ_THRESHOLD" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
-		echo $? > /tmp/pghotd.rc
-		times > /tmp/pghotd.times
-	) &
-	pghotd_sub=$!
-	sleep 0.2
-	pghotd_pid=$(pidof pghotd)
-	info "pghotd pid ${pghotd_pid:--}: pghotd --source trace:/tmp/samples.fifo --pid $wl_pid --freq-threshold $RIG_FREQ_THRESHOLD --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
+	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid"
 	;;
 esac
 
@@ -280,9 +286,27 @@ fi
 t_placed=$(uptime_s)
 
 kdamond_pid=
-if [ "$scenario" = damon ]; then
-	damon_on
-fi
+case $scenario in
+damon) damon_on ;;
+pghotd-softdirty | pghotd-damon)
+	# Started after the placement, which writes every page: pghotd must see the workload's
+	# accesses, not its first touch. pghotd ends by itself when the workload exits.
+	pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
+	if [ "$scenario" = pghotd-damon ]; then
+		# pghotd's kdamond is a kernel thread: its CPU is not in pghotd's times, and it is gone
+		# once pghotd turns it off, so sample it while it runs.
+		(
+			while alive "$pghotd_sub"; do
+				for k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+					p=$(cat "$k/pid" 2>/dev/null)
+					[ -n "$p" ] && [ "$p" -gt 0 ] 2>/dev/null && stat_cpu "$p" > /tmp/kdamond.cpu.new && mv /tmp/kdamond.cpu.new /tmp/kdamond.cpu
+				done
+				sleep 0.25
+			done
+		) &
+	fi
+	;;
+esac
 
 # --- wait for the end ---------------------------------------------------------------------
 wait "$wl_sub"
@@ -315,9 +339,10 @@ damon)
 	done
 	echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state || err "cannot turn DAMON off"
 	;;
-pghotd-emu)
+pghotd-emu | pghotd-softdirty | pghotd-damon)
 	promoter_note=pghotd
-	# The workload closed the FIFO; pghotd drains its migrators and exits.
+	# The workload closed the FIFO (emu) or exited (softdirty, damon); pghotd drains its
+	# migrators and exits.
 	if ! wait_pid_exit "$pghotd_sub" 30; then
 		err "pghotd still running 30s after the workload ended; sending SIGINT"
 		kill -INT "$(pidof pghotd)" 2>/dev/null
@@ -331,6 +356,12 @@ pghotd-emu)
 	s=${cpu#* }
 	[ "$u" != - ] && promoter_cpu=$(awk -v u="$u" -v s="$s" 'BEGIN { printf "%.2f", u + s }')
 	extra="$extra pghotd_rc=$pghotd_rc pghotd_utime_s=$u pghotd_stime_s=$s"
+	if [ "$scenario" = pghotd-damon ]; then
+		kd_cpu=$(cat /tmp/kdamond.cpu 2>/dev/null || echo -)
+		extra="$extra kdamond_cpu_s=$kd_cpu"
+		# The promoter is pghotd and the kdamond it drives.
+		[ "$kd_cpu" != - ] && [ "$promoter_cpu" != - ] && promoter_cpu=$(awk -v a="$promoter_cpu" -v b="$kd_cpu" 'BEGIN { printf "%.2f", a + b }') && promoter_note=pghotd+kdamond
+	fi
 	info "pghotd log (last 40 lines):"
 	tail -n 40 /tmp/pghotd.log | sed 's/^/pghotd: /'
 	if [ -s /tmp/pghotd.json ]; then

@@ -3,7 +3,8 @@
 # pghot-workload against a hot set that starts on the slow node 2 under one promoter, and
 # compare the promoters in one table.
 #
-#   tests/vm/rig.sh [OPTIONS] SCENARIO...      (SCENARIO: baseline numab2 damon pghotd-emu all)
+#   tests/vm/rig.sh [OPTIONS] SCENARIO...      (SCENARIO: baseline numab2 damon pghotd-emu
+#                                               pghotd-softdirty pghotd-damon all)
 #
 # See tests/vm/README.md for the scenarios, the options and the table's columns, and
 # tests/vm/rig-init.sh for what runs inside the guest. Needs root (apt, fetch-guest.sh).
@@ -15,24 +16,28 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=lib.sh
 . "$here/lib.sh"
 
-all_scenarios=(baseline numab2 damon pghotd-emu)
+all_scenarios=(baseline numab2 damon pghotd-emu pghotd-softdirty pghotd-damon)
 
 usage() {
 	cat >&2 <<'EOF'
 usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
-  SCENARIO            baseline, numab2, damon, pghotd-emu, or all (the four, in that order)
+  SCENARIO            baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon,
+                      or all (the six, in that order)
   --quick             10 s workload instead of 30 s
   --duration SECS     workload duration (overrides --quick)
   --pattern NAME      pghot-workload --pattern (default hot-scattered)
-  --bar               check pghotd-emu against the issue's bar (hot set >= 99 %,
-                      over-promotion <= 2 %, 0 hint faults, time to 99 % <= numab2's if run)
+  --bar               check the pghotd-* scenarios that ran against their issues' bars:
+                      pghotd-emu: hot set >= 99 %, over-promotion <= 2 %, 0 hint faults, time
+                      to 99 % <= numab2's if run; pghotd-softdirty: hot set >= 99 %,
+                      over-promotion <= 5 %, 0 hint faults; pghotd-damon: hot set >= 99 %,
+                      over-promotion below damon's if run, 0 hint faults
   --keep-console DIR  save each scenario's console as DIR/SCENARIO.console
   --workload-bin PATH use this static pghot-workload instead of building it
   --pghotd-bin PATH   use this static pghotd instead of building it
   --pghotd-args STR   extra pghotd arguments (word-split in the guest)
   --workload-args STR extra pghot-workload arguments (word-split in the guest)
   --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
-  --freq-threshold N  pghotd --freq-threshold for pghotd-emu (default 1, the seed's setting)
+  --freq-threshold N  pghotd --freq-threshold for the pghotd-* scenarios (default 1, the seed's)
   --damon-quota-mb N  DAMON migrate_hot size quota per reset interval (default 128)
   --damon-reset-ms N  DAMON quota reset interval (default 1000)
   --damon-max-regions N  DAMON nr_regions/max (default 1000, the sysfs default)
@@ -89,9 +94,9 @@ while [ $# -gt 0 ]; do
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
-	baseline | numab2 | damon | pghotd-emu) scenarios+=("$1") ;;
+	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
 	-*) log "unknown option $1"; usage ;;
-	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, all)"; usage ;;
+	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all)"; usage ;;
 	esac
 	shift
 done
@@ -111,8 +116,8 @@ has() {
 	for s in "${scenarios[@]}"; do [ "$s" = "$1" ] && return 0; done
 	return 1
 }
-if [ "$bar" = 1 ] && ! has pghotd-emu; then
-	log "--bar checks pghotd-emu; add it to the scenarios"
+if [ "$bar" = 1 ] && ! has pghotd-emu && ! has pghotd-softdirty && ! has pghotd-damon; then
+	log "--bar checks the pghotd-* scenarios; add one to the scenarios"
 	usage
 fi
 command -v jq >/dev/null || {
@@ -240,7 +245,7 @@ for s in "${scenarios[@]}"; do
 		def num: if type == "number" then . else null end;
 		def r1: if type == "number" then (. * 10 | round) / 10 else . end;
 		($wl.hot_mb | num) as $hot_mb
-		| (if $scenario == "pghotd-emu"
+		| (if ($scenario | startswith("pghotd-"))
 			then (($pghotd.counters.pgpromote_success // null) | num)
 			else ($vm.pgmigrate_success | num) end) as $pages
 		| {scenario: $scenario}
@@ -250,7 +255,7 @@ for s in "${scenarios[@]}"; do
 			over_promotion_pct: (if $hot_mb and $hot_mb > 0 and ($wl.cold_fast_mb | num) != null
 				then ($wl.cold_fast_mb / $hot_mb * 100 | r1) else null end),
 			mb_promoted: (if $pages != null then ($pages * 4 / 1024 | r1) else null end),
-			mb_promoted_from: (if $scenario == "pghotd-emu" then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
+			mb_promoted_from: (if ($scenario | startswith("pghotd-")) then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
 			time_to_90_s: $wl.time_to_90_s,
 			time_to_99_s: $wl.time_to_99_s,
 			promote_mb_per_s: $rate,
@@ -283,18 +288,19 @@ fmt() {
 }
 if [ ${#results[@]} -gt 0 ]; then
 	echo
-	printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
+	printf '%-16s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
 		scenario "hot set" "over-" "MB" "time to" "time to" "promoter CPU s" "hint faults"
-	printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
+	printf '%-16s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' \
 		"" "fast %" "promo. %" promoted "90% s" "99% s" "" ""
-	printf -- '------------+----------+-----------+----------+---------+---------+------------------+------------\n'
+	printf -- '-----------------+----------+-----------+----------+---------+---------+------------------+------------\n'
 	for r in "${results[@]}"; do
 		jq -r '[.scenario, .hot_fast_pct, .over_promotion_pct, .mb_promoted, .time_to_90_s, .time_to_99_s,
 			.promoter_cpu_s, .promoter_cpu_from, .hint_faults] | map(. // "-") | @tsv' <<< "$r" |
 			while IFS=$'\t' read -r name hot over mb t90 t99 cpu cpu_from faults; do
 				cpu=$(fmt "$cpu" 2)
 				[ "$cpu_from" = workload-stime ] && [ "$cpu" != - ] && cpu="$cpu (task sys)"
-				printf '%-11s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' "$name" "$(fmt "$hot" 1)" \
+				[ "$cpu_from" = pghotd+kdamond ] && [ "$cpu" != - ] && cpu="$cpu (+kdamond)"
+				printf '%-16s | %8s | %9s | %8s | %7s | %7s | %16s | %11s\n' "$name" "$(fmt "$hot" 1)" \
 					"$(fmt "$over" 1)" "$(fmt "$mb" 1)" "$(fmt "$t90" 2)" "$(fmt "$t99" 2)" "$cpu" "$(fmt "$faults" 0)"
 			done
 	done
@@ -324,6 +330,10 @@ if [ ${#results[@]} -gt 0 ]; then
 				"pghotd-emu: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.samples_emitted) samples emitted"
 				+ (if (.duration_s // 0) > 0 then " (\(.samples_emitted / .duration_s | round)/s)" else "" end)
 				+ ", \(.samples_dropped) dropped; pghotd: \(.pghotd.counters.hwhint_total_events // "-") received, \(.pghotd.counters.pghot_recorded_accesses // "-") on the slow tier, \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted, \(.pghotd.counters.pgpromote_ratelimited // "-") rate-limited, \(.pghotd.counters.pghot_drop_unknown_node // "-") dropped for unknown node; steady promotion \(.promote_mb_per_s // "-") MiB/s; exit \(.guest.pghotd_rc)"
+			elif .scenario == "pghotd-softdirty" then
+				"pghotd-softdirty: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.pghotd.counters.softdirty_scans // "-") passes, \(.pghotd.counters.softdirty_pages_scanned // "-") pagemap entries read, \(.pghotd.counters.softdirty_dirty_pages // "-") dirty pages, scan time \(((.pghotd.counters.softdirty_scan_ns // 0) / 1e9 * 100 | round) / 100) s; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
+			elif .scenario == "pghotd-damon" then
+				"pghotd-damon: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)) + its kdamond \(.guest.kdamond_cpu_s); \(.pghotd.counters.damon_snapshots // "-") snapshots, \(.pghotd.counters.damon_regions_seen // "-") accessed regions read, \(.pghotd.counters.source_damon_samples // "-") samples, \(.pghotd.counters.damon_credits_capped // "-") credits capped; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
 			else empty end' <<< "${results[i]}"
 	done
 	echo
@@ -344,35 +354,52 @@ if [ ${#erred[@]} -gt 0 ]; then
 fi
 
 # --- the bar ------------------------------------------------------------------------------
-if [ "$bar" = 1 ]; then
-	emu=''
-	numab2=''
+# bar_check SCENARIO JQ: JQ prints one line per miss for the scenario's result ($n: numab2's,
+# $d: damon's, null when they did not run).
+bar_check() {
+	local name=$1 expr=$2 r mine='' numab2=null damon=null misses
 	for r in "${results[@]}"; do
 		case $(jq -r .scenario <<< "$r") in
-		pghotd-emu) emu=$r ;;
+		"$name") mine=$r ;;
 		numab2) numab2=$r ;;
+		damon) damon=$r ;;
 		esac
 	done
-	if [ -z "$emu" ]; then
-		log "bar: NOT MET (pghotd-emu produced no result)"
+	if [ -z "$mine" ]; then
+		log "bar: NOT MET ($name produced no result)"
+		status=1
+		return
+	fi
+	misses=$(jq -r --argjson n "$numab2" --argjson d "$damon" "[ $expr ] | .[]" <<< "$mine")
+	if [ -n "$misses" ]; then
+		log "bar: NOT MET for $name:"
+		while IFS= read -r m; do log "    $m"; done <<< "$misses"
 		status=1
 	else
-		misses=$(jq -r --argjson n "${numab2:-null}" '
-			[ (if (.hot_fast_pct // -1) >= 99 then empty else "hot set on fast nodes \(.hot_fast_pct) % < 99 %" end),
-			  (if .over_promotion_pct != null and .over_promotion_pct <= 2 then empty else "over-promotion \(.over_promotion_pct) % > 2 %" end),
-			  (if .hint_faults == 0 then empty else "hint faults \(.hint_faults) != 0" end),
-			  (if $n == null then empty
-			   elif .time_to_99_s == null then "never reached 99 % (numab2: \($n.time_to_99_s) s)"
-			   elif $n.time_to_99_s == null or .time_to_99_s <= $n.time_to_99_s then empty
-			   else "time to 99 % \(.time_to_99_s) s > numab2 \($n.time_to_99_s) s" end)
-			] | .[]' <<< "$emu")
-		if [ -n "$misses" ]; then
-			log "bar: NOT MET for pghotd-emu:"
-			while IFS= read -r m; do log "    $m"; done <<< "$misses"
-			status=1
-		else
-			log "bar: met (hot set >= 99 %, over-promotion <= 2 %, 0 hint faults$([ -n "$numab2" ] && echo ", time to 99 % <= numab2's"))"
-		fi
+		log "bar: met for $name"
+	fi
+}
+common_bar='(if (.hot_fast_pct // -1) >= 99 then empty else "hot set on fast nodes \(.hot_fast_pct) % < 99 %" end),
+	(if .hint_faults == 0 then empty else "hint faults \(.hint_faults) != 0" end)'
+if [ "$bar" = 1 ]; then
+	if has pghotd-emu; then
+		bar_check pghotd-emu "$common_bar,
+			(if .over_promotion_pct != null and .over_promotion_pct <= 2 then empty else \"over-promotion \(.over_promotion_pct) % > 2 %\" end),
+			(if \$n == null then empty
+			 elif .time_to_99_s == null then \"never reached 99 % (numab2: \(\$n.time_to_99_s) s)\"
+			 elif \$n.time_to_99_s == null or .time_to_99_s <= \$n.time_to_99_s then empty
+			 else \"time to 99 % \(.time_to_99_s) s > numab2 \(\$n.time_to_99_s) s\" end)"
+	fi
+	if has pghotd-softdirty; then
+		bar_check pghotd-softdirty "$common_bar,
+			(if .over_promotion_pct != null and .over_promotion_pct <= 5 then empty else \"over-promotion \(.over_promotion_pct) % > 5 %\" end)"
+	fi
+	if has pghotd-damon; then
+		bar_check pghotd-damon "$common_bar,
+			(if .over_promotion_pct == null then \"no over-promotion figure\"
+			 elif \$d == null or \$d.over_promotion_pct == null then empty
+			 elif .over_promotion_pct < \$d.over_promotion_pct then empty
+			 else \"over-promotion \(.over_promotion_pct) % not below damon's \(\$d.over_promotion_pct) %\" end)"
 	fi
 fi
 exit "$status"

@@ -1,0 +1,201 @@
+//! What the software sources (DAMON, soft-dirty) share: the managed pids and their exits, the
+//! accessing CPU, and a stop-aware wait. Their samples carry no node: the sink finds it (the
+//! table's last known node, else batched, cached move_pages queries; see `hotness::resolve`),
+//! and each source ends a scan with [`SampleSink::end_batch`] so nothing waits for the next.
+//!
+//! Both sources watch explicit pids. A pid that exits (or turns zombie) is dropped, counted in
+//! `source_pid_exits` and logged once; when the last one is gone the source ends, like a trace
+//! at its end of file, and the daemon drains its migrators and exits. (There is no control
+//! plane yet that could add pids to a running source; when there is, idling is the better end.)
+
+use std::time::{Duration, Instant};
+
+use super::{AccessOp, DataSource, Sample, SampleSink, SourceError, SourceKind, StopToken};
+use crate::stats::Counter;
+
+/// Longest a source sleeps before it looks at the stop token again.
+const STOP_SLICE: Duration = Duration::from_millis(100);
+
+/// Fails the open of a software source that was given no pids.
+pub fn require_pids(name: &'static str, pids: &[u32]) -> Result<(), SourceError> {
+    if pids.is_empty() {
+        return Err(SourceError::NeedsPids { name });
+    }
+    Ok(())
+}
+
+/// Fails the open when a pid does not exist (now), rather than leaving it to the first pass.
+pub fn require_alive(pids: &[u32]) -> Result<(), SourceError> {
+    match pids.iter().find(|&&p| !pid_alive(p)) {
+        Some(&pid) => Err(SourceError::NoSuchPid { pid }),
+        None => Ok(()),
+    }
+}
+
+/// True while `/proc/PID` exists and is not a zombie (a zombie has no memory left to watch).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_field(&stat, 3).is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Field `n` (1-based, as in proc(5)) of a `/proc/PID/stat` line. The command name (field 2)
+/// may hold spaces and parentheses, so fields after it are counted from its last `)`.
+fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_ascii_whitespace().nth(n.checked_sub(3)?)
+}
+
+/// The CPU the process last ran on (`/proc/PID/stat` field 39): the sources' stand-in for the
+/// accessing CPU, which picks the nearest top-tier node. `u32::MAX` (no CPU) when unknown, so
+/// the page's own node picks it instead.
+pub fn last_cpu(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat_field(&stat, 39)?.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// The managed pids of one source, and the exits it has seen.
+#[derive(Debug)]
+pub struct ManagedPids {
+    source: &'static str,
+    pids: Vec<u32>,
+}
+
+impl ManagedPids {
+    pub fn new(source: &'static str, pids: &[u32]) -> ManagedPids {
+        let mut pids = pids.to_vec();
+        pids.sort_unstable();
+        pids.dedup();
+        ManagedPids { source, pids }
+    }
+
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pids.is_empty()
+    }
+
+    /// Drops `pid` (it exited): counted and logged once.
+    pub fn exited(&mut self, pid: u32, sink: &mut dyn SampleSink) {
+        if let Some(i) = self.pids.iter().position(|&p| p == pid) {
+            self.pids.remove(i);
+            sink.count(Counter::SourcePidExits, 1);
+            tracing::info!(
+                "{}: pid {pid} exited; {} pid(s) left",
+                self.source,
+                self.pids.len()
+            );
+        }
+    }
+
+    /// Drops every pid that is no longer alive.
+    pub fn reap(&mut self, sink: &mut dyn SampleSink) {
+        let gone: Vec<u32> = self
+            .pids
+            .iter()
+            .copied()
+            .filter(|&p| !pid_alive(p))
+            .collect();
+        for pid in gone {
+            self.exited(pid, sink);
+        }
+    }
+}
+
+/// Records one sample per page of `pid`: now, on the CPU the process last ran on, with no
+/// node (the sink finds it).
+pub fn emit_pages(
+    sink: &mut dyn SampleSink,
+    pid: u32,
+    pages: &[u64],
+    op: AccessOp,
+    source: SourceKind,
+) {
+    let time_ns = crate::workload::monotonic_ns();
+    let cpu = last_cpu(pid);
+    for &vaddr in pages {
+        sink.record(&Sample {
+            time_ns,
+            cpu,
+            pid,
+            tid: pid,
+            vaddr,
+            paddr: None,
+            op,
+            served_from: DataSource::Unknown,
+            node: None,
+            latency: None,
+            source,
+        });
+    }
+}
+
+/// Sleeps until `deadline` in slices of at most 100 ms; false if a stop came first.
+pub fn wait_until(deadline: Instant, stop: &StopToken) -> bool {
+    loop {
+        if stop.is_stopped() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(STOP_SLICE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_last_parenthesis() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 100 1000 \
+                    200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0";
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 4), Some("1"));
+        assert_eq!(stat_field(stat, 39), Some("3"));
+        assert_eq!(stat_field("garbage", 3), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_runs_on_a_cpu() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(u32::MAX));
+        assert!(last_cpu(std::process::id()) < 4096);
+        assert_eq!(last_cpu(u32::MAX), u32::MAX);
+    }
+
+    #[test]
+    fn exited_pids_are_dropped_counted_once_and_the_rest_kept() {
+        use crate::sampler::collect::Collector;
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let sink = Collector::default();
+        let mut pids = ManagedPids::new("test", &[gone, me, gone]);
+        let mut s = sink.clone();
+        pids.reap(&mut s);
+        pids.reap(&mut s);
+        assert_eq!(pids.pids(), &[me]);
+        assert_eq!(sink.take().count_of(Counter::SourcePidExits), 1);
+        pids.exited(me, &mut s);
+        assert!(pids.is_empty());
+    }
+
+    #[test]
+    fn a_source_without_pids_says_so() {
+        let err = require_pids("softdirty", &[]).unwrap_err().to_string();
+        assert!(err.contains("softdirty needs explicit pids"), "{err}");
+        assert!(require_pids("damon", &[1]).is_ok());
+        assert!(require_alive(&[std::process::id()]).is_ok());
+        let err = require_alive(&[u32::MAX]).unwrap_err().to_string();
+        assert!(err.contains("4294967295"), "{err}");
+    }
+}

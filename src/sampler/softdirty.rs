@@ -1,0 +1,354 @@
+//! `--source softdirty`: written pages of the managed pids, from the kernel's soft-dirty bits.
+//!
+//! Every `softdirty_interval_ms`, for each pid: read `/proc/PID/maps`, read the pagemap entries
+//! of its writable mappings, emit one store [`Sample`] per page that is present and soft-dirty
+//! (bits 63 and 55), then write `4` to `/proc/PID/clear_refs`, which clears the bits and
+//! write-protects the whole mm so the next write to each page sets its bit again (one minor
+//! fault per page and interval). Reads are invisible to this source. The first pass over a pid
+//! only clears: until then every page counts as dirty (new mappings are dirty wholesale).
+//!
+//! Cost bound: `softdirty_scan_budget_pages` pagemap entries per second. A pass that scanned N
+//! pages is followed by the next no sooner than N / budget seconds after it started, so the
+//! interval stretches instead of the scan rate growing (counted in
+//! `softdirty_budget_stretches`); writes in between are not lost, they only show later.
+//! `softdirty_pages_scanned`, `softdirty_dirty_pages` and `softdirty_scan_ns` report the cost.
+//!
+//! Needs CONFIG_MEM_SOFT_DIRTY (x86_64, s390, ppc64; see kernel-mm.md section 5), checked at
+//! open by writing a page of our own and reading its bit.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use super::procpid::{self, ManagedPids};
+use super::{
+    AccessOp, OpenContext, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
+};
+use crate::stats::Counter;
+
+const PAGE_SIZE: u64 = 4096;
+const PM_PRESENT: u64 = 1 << 63;
+const PM_SOFT_DIRTY: u64 = 1 << 55;
+/// Pagemap entries read per pread: 256 KiB of entries, 1 GiB of address space.
+const PAGEMAP_CHUNK: usize = 1 << 15;
+
+/// Tunables of the soft-dirty source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoftDirtyConfig {
+    /// Time between passes.
+    pub interval_ms: u32,
+    /// Most pagemap entries scanned per second, over all pids.
+    pub scan_budget_pages: u64,
+}
+
+impl Default for SoftDirtyConfig {
+    fn default() -> Self {
+        SoftDirtyConfig {
+            interval_ms: 1000,
+            // 4 GiB of address space a second: about 10-20 ms of CPU on a current core.
+            scan_budget_pages: 1 << 20,
+        }
+    }
+}
+
+/// A writable mapping, `[start, end)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+}
+
+/// The writable mappings of a `/proc/PID/maps` text. Lines that do not parse are skipped (the
+/// format is the kernel's; a bad line means a kernel we do not understand, not bad input).
+pub fn writable_mappings(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let perms = fields.next()?;
+            if perms.as_bytes().get(1) != Some(&b'w') {
+                return None;
+            }
+            let start = u64::from_str_radix(start, 16).ok()?;
+            let end = u64::from_str_radix(end, 16).ok()?;
+            (start < end).then_some(Mapping { start, end })
+        })
+        .collect()
+}
+
+/// True for a pagemap entry of a present page written since the last clear.
+#[inline]
+pub fn is_soft_dirty(entry: u64) -> bool {
+    entry & (PM_PRESENT | PM_SOFT_DIRTY) == PM_PRESENT | PM_SOFT_DIRTY
+}
+
+/// Reads the pagemap entries of `mappings` from `pagemap` (a `/proc/PID/pagemap`), pushing the
+/// address of every soft-dirty page to `dirty`. Returns the entries read.
+pub fn scan_pagemap(
+    pagemap: &impl FileExt,
+    mappings: &[Mapping],
+    dirty: &mut Vec<u64>,
+) -> io::Result<u64> {
+    let mut buf = vec![0u8; PAGEMAP_CHUNK * 8];
+    let mut scanned = 0;
+    for m in mappings {
+        let mut vpn = m.start / PAGE_SIZE;
+        let end = m.end.div_ceil(PAGE_SIZE);
+        while vpn < end {
+            let n = ((end - vpn) as usize).min(PAGEMAP_CHUNK);
+            let bytes = &mut buf[..n * 8];
+            let got = pagemap.read_at(bytes, vpn * 8)?;
+            // A short read means the mapping went away under us; take what came.
+            let entries = got / 8;
+            for (i, entry) in bytes[..entries * 8].chunks_exact(8).enumerate() {
+                let entry = u64::from_ne_bytes(entry.try_into().unwrap_or([0; 8]));
+                if is_soft_dirty(entry) {
+                    dirty.push((vpn + i as u64) * PAGE_SIZE);
+                }
+            }
+            scanned += entries as u64;
+            if entries < n {
+                break;
+            }
+            vpn += n as u64;
+        }
+    }
+    Ok(scanned)
+}
+
+/// Checks that this kernel tracks soft-dirty bits: a page we just wrote must show bit 55.
+pub fn check_support() -> Result<(), SourceError> {
+    let page = vec![1u8; 2 * PAGE_SIZE as usize];
+    let mut page = std::hint::black_box(page);
+    // Write into the page-aligned part so the probed page is surely ours and present.
+    let aligned = (page.as_ptr() as u64).next_multiple_of(PAGE_SIZE);
+    let offset = (aligned - page.as_ptr() as u64) as usize;
+    page[offset] = 2;
+    std::hint::black_box(&mut page);
+    let path = "/proc/self/pagemap";
+    let io_err = |source| SourceError::Io {
+        op: "reading",
+        path: path.to_string(),
+        source,
+    };
+    let pagemap = File::open(path).map_err(io_err)?;
+    let mut entry = [0u8; 8];
+    pagemap
+        .read_exact_at(&mut entry, aligned / PAGE_SIZE * 8)
+        .map_err(io_err)?;
+    if is_soft_dirty(u64::from_ne_bytes(entry)) {
+        Ok(())
+    } else {
+        Err(SourceError::Unsupported {
+            what: "soft-dirty tracking",
+            detail: "a freshly written page shows no soft-dirty bit in /proc/self/pagemap".into(),
+            option: "CONFIG_MEM_SOFT_DIRTY",
+        })
+    }
+}
+
+/// Why one pid's pass ended early.
+enum PassError {
+    /// The process is gone (or going).
+    Gone,
+    Io(SourceError),
+}
+
+/// The soft-dirty source over a fixed set of pids.
+pub struct SoftDirtySource {
+    pids: Vec<u32>,
+    config: SoftDirtyConfig,
+}
+
+impl SoftDirtySource {
+    /// Checks pids and kernel support; nothing is written to any process yet.
+    pub fn open(ctx: &OpenContext) -> Result<Self, SourceError> {
+        procpid::require_pids("softdirty", &ctx.pids)?;
+        procpid::require_alive(&ctx.pids)?;
+        check_support()?;
+        Ok(SoftDirtySource {
+            pids: ctx.pids.clone(),
+            config: ctx.softdirty,
+        })
+    }
+
+    /// One pass over `pid`; returns the pagemap entries scanned.
+    fn pass(
+        &self,
+        pid: u32,
+        primed: bool,
+        dirty: &mut Vec<u64>,
+        sink: &mut dyn SampleSink,
+    ) -> Result<u64, PassError> {
+        let gone_or = |op: &'static str, path: String| {
+            move |source: io::Error| {
+                if !procpid::pid_alive(pid) {
+                    PassError::Gone
+                } else {
+                    PassError::Io(SourceError::Io { op, path, source })
+                }
+            }
+        };
+        let mut scanned = 0;
+        dirty.clear();
+        if primed {
+            let maps_path = format!("/proc/{pid}/maps");
+            let maps =
+                std::fs::read_to_string(&maps_path).map_err(gone_or("reading", maps_path))?;
+            let mappings = writable_mappings(&maps);
+            let pagemap_path = format!("/proc/{pid}/pagemap");
+            let pagemap =
+                File::open(&pagemap_path).map_err(gone_or("opening", pagemap_path.clone()))?;
+            scanned = scan_pagemap(&pagemap, &mappings, dirty)
+                .map_err(gone_or("reading", pagemap_path))?;
+        }
+        let clear_path = format!("/proc/{pid}/clear_refs");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&clear_path)
+            .and_then(|mut f| f.write_all(b"4"))
+            .map_err(gone_or("writing 4 to", clear_path))?;
+        procpid::emit_pages(sink, pid, dirty, AccessOp::Store, SourceKind::SoftDirty);
+        Ok(scanned)
+    }
+}
+
+impl Source for SoftDirtySource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::SoftDirty
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "softdirty (pids {:?}, every {} ms, budget {} pages/s)",
+            self.pids, self.config.interval_ms, self.config.scan_budget_pages
+        )
+    }
+
+    fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
+        let mut sink = sinks.sink();
+        let mut pids = ManagedPids::new("softdirty", &self.pids);
+        let mut primed = std::collections::HashSet::new();
+        let interval = Duration::from_millis(u64::from(self.config.interval_ms));
+        let mut dirty = Vec::new();
+        let mut next = Instant::now();
+        while procpid::wait_until(next, stop) {
+            pids.reap(sink.as_mut());
+            if pids.is_empty() {
+                tracing::info!("softdirty: every managed pid has exited; source ends");
+                break;
+            }
+            let started = Instant::now();
+            let mut scanned = 0;
+            for pid in pids.pids().to_vec() {
+                match self.pass(pid, primed.contains(&pid), &mut dirty, sink.as_mut()) {
+                    Ok(n) => {
+                        scanned += n;
+                        primed.insert(pid);
+                        sink.count(Counter::SoftdirtyDirtyPages, dirty.len() as u64);
+                    }
+                    Err(PassError::Gone) => pids.exited(pid, sink.as_mut()),
+                    Err(PassError::Io(e)) => return Err(e),
+                }
+            }
+            sink.end_batch();
+            let cost = started.elapsed();
+            sink.count(Counter::SoftdirtyScans, 1);
+            sink.count(Counter::SoftdirtyPagesScanned, scanned);
+            sink.count(Counter::SoftdirtyScanNs, cost.as_nanos() as u64);
+            let budget =
+                Duration::from_secs_f64(scanned as f64 / self.config.scan_budget_pages as f64);
+            if budget > interval {
+                sink.count(Counter::SoftdirtyBudgetStretches, 1);
+            }
+            next = started + interval.max(budget);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_keep_writable_mappings_only() {
+        let maps = "\
+55d0c0000000-55d0c0002000 r--p 00000000 fd:01 123 /usr/bin/x
+55d0c0002000-55d0c0003000 rw-p 00002000 fd:01 123 /usr/bin/x
+7f0000000000-7f0010000000 rw-p 00000000 00:00 0
+7f0010000000-7f0010001000 ---p 00000000 00:00 0
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
+garbage line
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+";
+        assert_eq!(
+            writable_mappings(maps),
+            vec![
+                Mapping {
+                    start: 0x55d0c0002000,
+                    end: 0x55d0c0003000
+                },
+                Mapping {
+                    start: 0x7f0000000000,
+                    end: 0x7f0010000000
+                },
+                Mapping {
+                    start: 0x7ffd00000000,
+                    end: 0x7ffd00021000
+                },
+            ]
+        );
+    }
+
+    /// A fake pagemap: entries at their vpn's offset.
+    fn pagemap(entries: &[(u64, u64)]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        let max = entries.iter().map(|(vpn, _)| *vpn).max().unwrap_or(0);
+        let mut bytes = vec![0u8; (max as usize + 1) * 8];
+        for &(vpn, e) in entries {
+            bytes[vpn as usize * 8..][..8].copy_from_slice(&e.to_ne_bytes());
+        }
+        f.write_all(&bytes).unwrap();
+        f
+    }
+
+    #[test]
+    fn pagemap_scan_reports_present_soft_dirty_pages() {
+        let f = pagemap(&[
+            (0x10, PM_PRESENT | PM_SOFT_DIRTY | 0x1234),
+            (0x11, PM_PRESENT),
+            // Soft-dirty but not present (a hole in a new mapping): not a write we can move.
+            (0x12, PM_SOFT_DIRTY),
+            (0x13, PM_PRESENT | PM_SOFT_DIRTY),
+            (0x20, PM_PRESENT | PM_SOFT_DIRTY),
+        ]);
+        let mut dirty = Vec::new();
+        let maps = [
+            Mapping {
+                start: 0x10 * PAGE_SIZE,
+                end: 0x14 * PAGE_SIZE,
+            },
+            // Runs past the end of the file: a short read ends the mapping.
+            Mapping {
+                start: 0x20 * PAGE_SIZE,
+                end: 0x40 * PAGE_SIZE,
+            },
+        ];
+        let scanned = scan_pagemap(f.as_file(), &maps, &mut dirty).unwrap();
+        assert_eq!(
+            dirty,
+            vec![0x10 * PAGE_SIZE, 0x13 * PAGE_SIZE, 0x20 * PAGE_SIZE]
+        );
+        assert_eq!(scanned, 4 + 1);
+    }
+
+    #[test]
+    fn support_check_matches_the_kernel() {
+        // Either this kernel tracks soft-dirty bits, or the error names the option.
+        if let Err(e) = check_support() {
+            assert!(e.to_string().contains("CONFIG_MEM_SOFT_DIRTY"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The software sources (`--source softdirty`, `--source damon`) against live processes.
+//!
+//! Each test takes the path this kernel allows: with soft-dirty tracking (CONFIG_MEM_SOFT_DIRTY)
+//! pghotd must see the workload's writes; without it, it must refuse with exit 3 naming the
+//! option. DAMON likewise, and whatever happens, kdamonds pghotd did not create must be exactly
+//! as they were (the CI host runs one of its own). The QEMU rig runs both sources for real.
+
+mod util;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A workload on node 0 writing a 16 MiB buffer for `secs`; killed when dropped.
+struct Workload(Child);
+
+impl Workload {
+    fn start(secs: &str) -> Workload {
+        let child = util::workload()
+            .args([
+                "--size-mb",
+                "16",
+                "--hot-mb",
+                "4",
+                "--pattern",
+                "hot-scattered",
+            ])
+            .args([
+                "--node",
+                "0",
+                "--write-pct",
+                "50",
+                "--report-ms",
+                "500",
+                "--duration",
+                secs,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning pghot-workload");
+        // Let it map and touch its buffer.
+        std::thread::sleep(Duration::from_millis(500));
+        Workload(child)
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pghotd_with(source: &str, pid: &str, stats: &Path, extra: &[&str]) -> Command {
+    let mut cmd = util::pghotd();
+    cmd.args([
+        "--source",
+        source,
+        "--pid",
+        pid,
+        "--dry-run",
+        "--stats-json",
+    ])
+    .arg(stats)
+    .args(["--sysfs-root"])
+    .arg(util::qemu_3node())
+    .args(extra);
+    cmd
+}
+
+#[test]
+fn software_sources_need_explicit_pids() {
+    for source in ["softdirty", "damon"] {
+        let out = util::run_code(
+            util::pghotd().args(["--source", source, "--dry-run", "--duration", "1"]),
+            2,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "{source} needs explicit pids (--pid or pids in the config)"
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_named() {
+    let out = util::run_code(
+        util::pghotd().args(["--source", "softdirty", "--pid", "4194000", "--dry-run"]),
+        2,
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pid 4194000 does not exist"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn softdirty_sees_the_workloads_writes_or_names_the_missing_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let wl = Workload::start("4");
+    let mut cmd = pghotd_with(
+        "softdirty",
+        &wl.pid(),
+        &stats,
+        &["--softdirty-interval-ms", "200", "--duration", "2"],
+    );
+    if pghotd::sampler::softdirty::check_support().is_err() {
+        let out = util::run_code(&mut cmd, 3);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("it needs CONFIG_MEM_SOFT_DIRTY"), "{err}");
+        return;
+    }
+    util::run(&mut cmd, true);
+    let c = util::counters(&stats);
+    let get = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    // 16 MiB = 4096 pages scanned per pass at least; the 1024-page hot set is written.
+    assert!(get("softdirty_scans") >= 5, "{c:#?}");
+    assert!(get("softdirty_pages_scanned") >= 5 * 4096, "{c:#?}");
+    assert!(get("softdirty_dirty_pages") >= 1024, "{c:#?}");
+    assert!(get("softdirty_scan_ns") > 0, "{c:#?}");
+    assert_eq!(
+        get("source_softdirty_samples"),
+        get("softdirty_dirty_pages")
+    );
+    // Node 0 is a top-tier node of the fixture: counted, nothing to promote.
+    assert!(get("hwhint_dram_accesses") >= 1024, "{c:#?}");
+    assert_eq!(get("pgpromote_candidate"), 0, "{c:#?}");
+}
+
+#[test]
+fn softdirty_ends_when_its_pid_exits() {
+    if pghotd::sampler::softdirty::check_support().is_err() {
+        return; // covered by the test above
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let wl = Workload::start("1");
+    util::run(
+        &mut pghotd_with(
+            "softdirty",
+            &wl.pid(),
+            &stats,
+            &["--softdirty-interval-ms", "100", "--duration", "20"],
+        ),
+        true,
+    );
+    let c = util::counters(&stats);
+    assert_eq!(c["source_pid_exits"], 1, "{c:#?}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(doc["stop_reason"], "sources_ended");
+}
+
+/// Every kdamond's state, pid and configuration summary, to compare before and after.
+fn kdamonds() -> Vec<String> {
+    let root = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
+    let read = |rel: &str| {
+        std::fs::read_to_string(root.join(rel))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|e| format!("<{e}>"))
+    };
+    let n: u32 = read("nr_kdamonds").parse().unwrap_or(0);
+    (0..n)
+        .map(|k| {
+            let c = format!("{k}/contexts/0");
+            format!(
+                "{k}: state {} pid {} contexts {} ops {} targets {} schemes {} action {}",
+                read(&format!("{k}/state")),
+                read(&format!("{k}/pid")),
+                read(&format!("{k}/contexts/nr_contexts")),
+                read(&format!("{c}/operations")),
+                read(&format!("{c}/targets/nr_targets")),
+                read(&format!("{c}/schemes/nr_schemes")),
+                read(&format!("{c}/schemes/0/action")),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn damon_runs_or_refuses_and_never_touches_other_kdamonds() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let wl = Workload::start("4");
+    let before = kdamonds();
+    let out = pghotd_with("damon", &wl.pid(), &stats, &["--duration", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Ours is gone again, and everyone else's is as it was (a running kdamond keeps its pid).
+    let after = kdamonds();
+    let others_before: Vec<&String> = before
+        .iter()
+        .filter(|k| !k.contains("contexts 0"))
+        .collect();
+    let others_after: Vec<&String> = after.iter().filter(|k| !k.contains("contexts 0")).collect();
+    assert_eq!(others_before, others_after, "pghotd stderr:\n{err}");
+    match out.status.code() {
+        Some(0) => {
+            let c = util::counters(&stats);
+            assert!(c["damon_snapshots"].as_u64().unwrap_or(0) >= 5, "{c:#?}");
+            assert!(c["damon_regions_seen"].as_u64().unwrap_or(0) >= 1, "{c:#?}");
+            assert!(
+                c["source_damon_samples"].as_u64().unwrap_or(0) >= 1,
+                "{c:#?}"
+            );
+        }
+        // No DAMON, or no vaddr ops in this kernel.
+        Some(3) => assert!(err.contains("CONFIG_DAMON"), "{err}"),
+        // Every kdamond belongs to someone else.
+        _ => assert!(
+            err.contains("no free kdamond") && err.contains("pghotd will not"),
+            "{err}"
+        ),
+    }
+}
