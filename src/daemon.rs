@@ -1,20 +1,26 @@
 //! Wiring: builds every stage before any thread starts, runs sources -> table -> migrators,
 //! and waits on one event channel for the end (sources done, signal, duration, failure).
 //!
-//! Threads: `pghot-src/N` per source, `pghot-mig/nodeN` per lower-tier node, `pghot-signals`.
+//! Threads: `pghot-src/N` per source, `pghot-mig/nodeN` per lower-tier node, `pghot-signals`,
+//! and the control plane's `pghot-ctl` (plus `pghot-ctl/conn` per connection) and
+//! `pghot-metrics` (see `control`).
 //! The main thread never touches samples; it only waits and shuts down.
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, select};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::config::{Config, ConfigError};
+use crate::control::metrics::MetricsServer;
+use crate::control::server::ControlServer;
+use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
 use crate::hotness::HotTable;
 use crate::hotness::ingest::{Ingest, Scope};
 use crate::migrator::mover::SysMover;
@@ -52,6 +58,8 @@ pub enum DaemonError {
     },
     #[error("installing signal handlers: {0}")]
     Signals(std::io::Error),
+    #[error(transparent)]
+    Control(#[from] ControlError),
     #[error("{failed} source(s) failed; see the log")]
     SourcesFailed { failed: usize },
 }
@@ -65,6 +73,8 @@ pub struct RunOptions {
     pub stats_json: Option<PathBuf>,
     /// Write every received sample here as a pghot-trace v1 file.
     pub record: Option<PathBuf>,
+    /// What SIGHUP and `pghotctl reload` re-read.
+    pub reload: ReloadFrom,
 }
 
 /// Why the run ended.
@@ -154,15 +164,35 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         ingest = ingest.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
     }
     let ingest = Arc::new(ingest);
+    // The control socket and metrics port are bound before any thread starts, so a socket in
+    // use fails the start cleanly.
+    let control_listener = match &config.control_socket {
+        Some(path) => Some((crate::control::server::bind(path)?, path.clone())),
+        None => None,
+    };
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => Some(crate::control::metrics::bind(addr)?),
+        None => None,
+    };
 
-    // Signals first: a SIGTERM that lands during startup is not lost.
+    // Signals first: a SIGTERM that lands during startup is not lost. SIGHUP reloads the
+    // config through the control plane once it exists.
     let (events_tx, events_rx) = crossbeam_channel::unbounded::<Event>();
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(DaemonError::Signals)?;
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
     let signals_handle = signals.handle();
+    let plane_slot: Arc<OnceLock<Arc<ControlPlane>>> = Arc::new(OnceLock::new());
     {
         let tx = events_tx.clone();
+        let plane_slot = Arc::clone(&plane_slot);
         spawn("pghot-signals".into(), move || {
             for signal in signals.forever() {
+                if signal == SIGHUP {
+                    match plane_slot.get() {
+                        Some(plane) => plane.reload_logged(),
+                        None => tracing::warn!("SIGHUP during startup: not reloaded"),
+                    }
+                    continue;
+                }
                 if tx.send(Event::Signal(signal)).is_err() {
                     break;
                 }
@@ -172,17 +202,22 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
 
     let mut migrators = Vec::new();
     let limits = RateLimits::default();
+    // One clock for every user of the buckets (their refill compares its readings).
+    let clock = MonotonicClock::default();
+    let paused = Arc::new(AtomicBool::new(false));
     for (node, rx) in receivers {
         let migrator = Migrator::new(
             node,
             config.migrator,
             SysMover,
-            MonotonicClock::default(),
+            clock.clone(),
             Arc::clone(&table),
             Arc::clone(&topology),
             Arc::clone(&stats),
             limits.clone(),
-        );
+        )
+        .with_pause(Arc::clone(&paused))
+        .with_pid_stats(Arc::clone(ingest.pid_stats()));
         migrators.push(MigratorHandle::spawn(migrator, rx).map_err(|source| {
             DaemonError::Spawn {
                 name: format!("pghot-mig/node{node}"),
@@ -207,6 +242,50 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         threads.push(SourceThread { describe, thread });
     }
     drop(events_tx);
+
+    let plane = Arc::new(ControlPlane::new(ControlParts {
+        config: config.clone(),
+        reload: opts.reload.clone(),
+        stats: Arc::clone(&stats),
+        table: Arc::clone(&table),
+        ingest: Arc::clone(&ingest),
+        topology: Arc::clone(&topology),
+        migrators: migrators.iter().map(MigratorHandle::events).collect(),
+        limits: limits.clone(),
+        clock,
+        paused,
+        sources: threads.iter().map(|t| t.describe.clone()).collect(),
+        stop: stop.clone(),
+    }));
+    let _ = plane_slot.set(Arc::clone(&plane));
+    let control = match control_listener {
+        Some((listener, path)) => {
+            tracing::info!("control socket {}", path.display());
+            Some(
+                ControlServer::spawn(listener, path, Arc::clone(&plane)).map_err(|source| {
+                    DaemonError::Spawn {
+                        name: "pghot-ctl".into(),
+                        source,
+                    }
+                })?,
+            )
+        }
+        None => None,
+    };
+    let metrics = match metrics_listener {
+        Some(listener) => {
+            tracing::info!("metrics on http://{:?}/metrics", listener.local_addr().ok());
+            Some(
+                MetricsServer::spawn(listener, Arc::clone(&plane)).map_err(|source| {
+                    DaemonError::Spawn {
+                        name: "pghot-metrics".into(),
+                        source,
+                    }
+                })?,
+            )
+        }
+        None => None,
+    };
     tracing::info!(
         "running: {} source(s), {} migrator(s){}",
         threads.len(),
@@ -240,6 +319,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     }
     wait_for_migrators(migrators, &events_rx, drain);
     signals_handle.close();
+    if let Some(c) = control {
+        c.shutdown();
+    }
+    if let Some(m) = metrics {
+        m.shutdown();
+    }
 
     if let Err(e) = ingest.flush_recording() {
         tracing::error!("flushing the recording: {e}");

@@ -127,6 +127,21 @@ counters! {
     PgpromoteFailOther => "pgpromote_fail_other",
     /// Queued pages abandoned by a stop before their batch ran.
     PgpromoteAbandoned => "pgpromote_abandoned",
+    /// Candidates held back while promotion is paused (`pghotctl pause`); offered again on
+    /// their next sample.
+    PgpromotePaused => "pgpromote_paused",
+    /// Pages moved by an operator's `pghotctl migrate`.
+    PgmigrateManualSuccess => "pgmigrate_manual_success",
+    /// Bytes moved by `pghotctl migrate` (4 KiB per page).
+    PgmigrateManualBytes => "pgmigrate_manual_bytes",
+    /// Pages `pghotctl migrate` tried and could not move.
+    PgmigrateManualFail => "pgmigrate_manual_fail",
+    /// Requests served on the control socket.
+    ControlRequests => "control_requests",
+    /// Control requests answered with an error (malformed, denied, invalid, ...).
+    ControlErrors => "control_errors",
+    /// Samples a `pghotctl record` stream could not take (its buffer was full).
+    RecordDroppedSamples => "record_dropped_samples",
     /// move_pages(2) calls made (query and move).
     MigratorSyscalls => "migrator_move_pages_calls",
     /// Malformed lines skipped by the trace source.

@@ -44,7 +44,10 @@ const EXIT_UNSUPPORTED: u8 = 3;
 fn exit_code(err: &DaemonError) -> u8 {
     match err {
         DaemonError::Source(pghotd::sampler::SourceError::Unsupported { .. }) => EXIT_UNSUPPORTED,
-        DaemonError::Config(_) | DaemonError::NoSources | DaemonError::Source(_) => EXIT_CONFIG,
+        DaemonError::Config(_)
+        | DaemonError::NoSources
+        | DaemonError::Source(_)
+        | DaemonError::Control(_) => EXIT_CONFIG,
         DaemonError::Topology(_) => EXIT_UNSUPPORTED,
         _ => EXIT_RUNTIME,
     }
@@ -91,6 +94,10 @@ fn main() -> ExitCode {
         duration,
         stats_json: cli.stats_json,
         record: cli.record,
+        reload: pghotd::control::ReloadFrom {
+            config_path: cli.config.clone(),
+            args: cli.tunables.clone(),
+        },
     };
     match daemon::run(&config, &opts) {
         Ok(summary) => {

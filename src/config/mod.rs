@@ -27,6 +27,10 @@ use crate::topology::NodeId;
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
 pub const DEFAULT_RUN_DIR: &str = "/run/pghotd";
 
+/// Where the control socket lives unless `control_socket` says otherwise (FHS: runtime state
+/// under /run; systemd's `RuntimeDirectory=pghotd` makes the directory).
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pghotd/pghotd.sock";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading config {}: {source}", path.display())]
@@ -55,8 +59,13 @@ pub enum ConfigError {
 /// Where a value came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
-    File { path: PathBuf, line: usize },
+    File {
+        path: PathBuf,
+        line: usize,
+    },
     Flag(&'static str),
+    /// `pghotctl config set` (the control socket).
+    Control,
 }
 
 impl std::fmt::Display for Origin {
@@ -64,6 +73,7 @@ impl std::fmt::Display for Origin {
         match self {
             Origin::File { path, line } => write!(f, "config {} line {line}", path.display()),
             Origin::Flag(flag) => write!(f, "flag --{flag}"),
+            Origin::Control => write!(f, "config set"),
         }
     }
 }
@@ -95,6 +105,8 @@ pub struct RawConfig {
     pub damon_min_regions: Option<Spanned<i64>>,
     pub damon_max_regions: Option<Spanned<i64>>,
     pub damon_max_samples: Option<Spanned<i64>>,
+    pub control_socket: Option<Spanned<String>>,
+    pub metrics_listen: Option<Spanned<String>>,
 }
 
 /// `[perf]`: the per-CPU ring buffers of every perf source.
@@ -181,6 +193,12 @@ pub struct TunableArgs {
     /// damon: most samples one snapshot emits [default: 16384].
     #[arg(long, value_name = "N")]
     pub damon_max_samples: Option<i64>,
+    /// Control socket for pghotctl; an empty path turns it off [default: /run/pghotd/pghotd.sock].
+    #[arg(long = "control-socket", visible_alias = "socket", value_name = "PATH")]
+    pub control_socket: Option<PathBuf>,
+    /// Serve OpenMetrics on this address, e.g. 127.0.0.1:9464 [default: off].
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
 }
 
 /// Validated configuration.
@@ -199,6 +217,9 @@ pub struct Config {
     pub softdirty: SoftDirtyConfig,
     /// Where state that must outlive a crash goes (not a key: tests change it).
     pub run_dir: PathBuf,
+    /// `None`: no control socket.
+    pub control_socket: Option<PathBuf>,
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
 }
@@ -218,6 +239,8 @@ impl Default for Config {
             damon: DamonConfig::default(),
             softdirty: SoftDirtyConfig::default(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            control_socket: Some(PathBuf::from(DEFAULT_CONTROL_SOCKET)),
+            metrics_listen: None,
             loaded_from: None,
         }
     }
@@ -320,14 +343,38 @@ impl Config {
 
     /// Applies a TOML document's settings.
     pub fn apply_file(&mut self, path: &Path, text: &str) -> Result<(), ConfigError> {
+        self.apply_toml(text, path, |line| Origin::File {
+            path: path.to_path_buf(),
+            line,
+        })
+    }
+
+    /// The configuration with one more setting, `key = value` in TOML, validated exactly as
+    /// if it were a line of the config file (same keys, types and ranges).
+    pub fn with_setting(&self, key: &str, value: &str) -> Result<Config, ConfigError> {
+        let mut next = self.clone();
+        // A bare word that is not TOML (`auto`, a path) is taken as a string.
+        let text = format!("{key} = {value}");
+        let text = if toml::from_str::<toml::Table>(&text).is_ok() {
+            text
+        } else {
+            format!("{key} = {}", toml::Value::String(value.to_string()))
+        };
+        next.apply_toml(&text, Path::new("config set"), |_| Origin::Control)?;
+        Ok(next)
+    }
+
+    fn apply_toml(
+        &mut self,
+        text: &str,
+        path: &Path,
+        origin: impl Fn(usize) -> Origin,
+    ) -> Result<(), ConfigError> {
         let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string().trim_end().to_string(),
         })?;
-        let at = |span: std::ops::Range<usize>| Origin::File {
-            path: path.to_path_buf(),
-            line: line_of(text, span.start),
-        };
+        let at = |span: std::ops::Range<usize>| origin(line_of(text, span.start));
         fn setting<T>(
             v: Option<Spanned<T>>,
             at: &impl Fn(std::ops::Range<usize>) -> Origin,
@@ -366,6 +413,11 @@ impl Config {
             damon_min_regions: setting(raw.damon_min_regions, &at),
             damon_max_regions: setting(raw.damon_max_regions, &at),
             damon_max_samples: setting(raw.damon_max_samples, &at),
+            control_socket: setting(raw.control_socket, &at).map(|s| Setting {
+                value: PathBuf::from(s.value),
+                origin: s.origin,
+            }),
+            metrics_listen: setting(raw.metrics_listen, &at),
         })
     }
 
@@ -406,6 +458,8 @@ impl Config {
             damon_min_regions: flag(args.damon_min_regions, "damon-min-regions"),
             damon_max_regions: flag(args.damon_max_regions, "damon-max-regions"),
             damon_max_samples: flag(args.damon_max_samples, "damon-max-samples"),
+            control_socket: flag(args.control_socket.clone(), "control-socket"),
+            metrics_listen: flag(args.metrics_listen.clone(), "metrics-listen"),
         })
     }
 
@@ -510,6 +564,19 @@ impl Config {
             }
             self.sysfs_root = v.value;
         }
+        if let Some(v) = s.control_socket {
+            self.control_socket = (!v.value.as_os_str().is_empty()).then_some(v.value);
+        }
+        if let Some(v) = s.metrics_listen {
+            self.metrics_listen = match v.value.as_str() {
+                "" => None,
+                addr => Some(addr.parse().map_err(|_| ConfigError::Invalid {
+                    origin: v.origin,
+                    key: "metrics_listen",
+                    detail: format!("'{addr}' is not ADDR:PORT (e.g. 127.0.0.1:9464)"),
+                })?),
+            };
+        }
         Ok(())
     }
 
@@ -583,6 +650,61 @@ impl Config {
         Ok(())
     }
 
+    /// Every key with its current value, as `config get` shows it (file names and units).
+    pub fn values(&self) -> Vec<(&'static str, serde_json::Value)> {
+        use serde_json::json;
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        vec![
+            (
+                "enabled_sources",
+                json!(
+                    self.sources
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            ("target_nid", json!(self.target_nid)),
+            ("freq_threshold", json!(self.policy.freq_threshold)),
+            ("promote_window_ms", json!(self.policy.promote_window_ms)),
+            (
+                "promote_rate_limit_MBps",
+                json!(self.migrator.promote_rate_limit_mbps),
+            ),
+            (
+                "promote_min_free_pct",
+                json!(self.migrator.promote_min_free_pct),
+            ),
+            (
+                "migrate_interval_ms",
+                json!(self.migrator.migrate_interval_ms),
+            ),
+            ("migrate_batch", json!(self.migrator.migrate_batch)),
+            ("max_tracked_pages", json!(self.max_tracked_pages)),
+            ("heat_halflife_ms", json!(self.policy.heat_halflife_ms)),
+            ("pids", json!(self.pids)),
+            ("dry_run", json!(self.migrator.dry_run)),
+            ("sysfs_root", json!(self.sysfs_root.display().to_string())),
+            ("perf.ring_pages", json!(self.perf.ring_pages)),
+            ("pagefault.period", json!(self.pagefault.period)),
+            ("softdirty_interval_ms", json!(self.softdirty.interval_ms)),
+            (
+                "softdirty_scan_budget_pages",
+                json!(self.softdirty.scan_budget_pages),
+            ),
+            ("damon_sample_us", json!(self.damon.sample_us)),
+            ("damon_aggr_us", json!(self.damon.aggr_us)),
+            ("damon_min_regions", json!(self.damon.min_regions)),
+            ("damon_max_regions", json!(self.damon.max_regions)),
+            ("damon_max_samples", json!(self.damon.max_samples)),
+            ("control_socket", json!(path(&self.control_socket))),
+            (
+                "metrics_listen",
+                json!(self.metrics_listen.map(|a| a.to_string())),
+            ),
+        ]
+    }
+
     /// Checks what needs the topology: `target_nid` must be a top-tier memory node.
     pub fn check_against(&self, topology: &crate::topology::Topology) -> Result<(), ConfigError> {
         if let Some(nid) = self.target_nid {
@@ -634,6 +756,8 @@ struct Settings {
     damon_min_regions: Option<Setting<i64>>,
     damon_max_regions: Option<Setting<i64>>,
     damon_max_samples: Option<Setting<i64>>,
+    control_socket: Option<Setting<PathBuf>>,
+    metrics_listen: Option<Setting<String>>,
 }
 
 #[cfg(test)]
@@ -799,6 +923,42 @@ mod tests {
             err.contains("softdirty_interval_ms = 5 is out of range"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn config_set_validates_like_the_file() {
+        let c = Config::default();
+        let next = c.with_setting("freq_threshold", "3").unwrap();
+        assert_eq!(next.policy.freq_threshold, 3);
+        let err = c
+            .with_setting("freq_threshold", "0")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "config set: freq_threshold = 0 is out of range; allowed 1..=65535"
+        );
+        let err = c
+            .with_setting("freq_treshold", "3")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown field `freq_treshold`"), "{err}");
+        let err = c
+            .with_setting("migrate_batch", "many")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("invalid type: string \"many\""), "{err}");
+        let err = c
+            .with_setting("metrics_listen", "nowhere")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'nowhere' is not ADDR:PORT"), "{err}");
+        let next = c.with_setting("metrics_listen", "127.0.0.1:9464").unwrap();
+        assert_eq!(next.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let next = c.with_setting("control_socket", "\"\"").unwrap();
+        assert_eq!(next.control_socket, None);
+        let next = c.with_setting("perf.ring_pages", "128").unwrap();
+        assert_eq!(next.perf.ring_pages, 128);
     }
 
     #[test]

@@ -11,12 +11,15 @@ use std::io::BufWriter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
 use parking_lot::Mutex;
 
 use super::resolve::{NodeResolver, Resolved};
 use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
 use crate::migrator::CandidateSender;
 use crate::migrator::mover::{Mover, SysMover};
+use crate::pidstats::{LocalPids, PidStats};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{DataSource, Sample, SampleSink, SinkFactory, SourceKind};
 use crate::stats::{Counter, LocalCounts, Stats};
@@ -24,6 +27,9 @@ use crate::topology::{NodeId, Topology};
 
 /// Samples a recorder handles between folds into the shared registry.
 pub const FLUSH_EVERY: u32 = 1024;
+
+/// Sample time after which a recorder folds its counts even with fewer samples.
+const FLUSH_AFTER_NS: u64 = 100_000_000;
 
 /// Addresses with the top bit set are kernel addresses on x86_64 and arm64.
 const KERNEL_ADDRESS_BIT: u64 = 1 << 63;
@@ -80,6 +86,12 @@ pub struct Ingest {
     queues: Vec<Option<CandidateSender>>,
     record_to: Option<Mutex<TraceWriter<BufWriter<std::fs::File>>>>,
     record_failed: AtomicBool,
+    /// Per-process counters, folded in with the local counts.
+    pids: Arc<PidStats>,
+    /// A `pghotctl record` stream: checked with one relaxed load per sample, locked only
+    /// while a recording runs.
+    tap_on: AtomicBool,
+    tap: Mutex<Option<Sender<Sample>>>,
     /// Makes each recorder's move_pages query handle.
     node_lookup: Box<dyn Fn() -> Box<dyn Mover> + Send + Sync>,
 }
@@ -131,6 +143,9 @@ impl Ingest {
             queues: by_node,
             record_to: None,
             record_failed: AtomicBool::new(false),
+            pids: Arc::new(PidStats::default()),
+            tap_on: AtomicBool::new(false),
+            tap: Mutex::new(None),
             node_lookup: Box::new(|| Box::new(SysMover)),
         }
     }
@@ -146,6 +161,51 @@ impl Ingest {
             .store(target.map_or(-1, i32::from), Ordering::Relaxed);
     }
 
+    pub fn pid_stats(&self) -> &Arc<PidStats> {
+        &self.pids
+    }
+
+    /// Candidates waiting in each lower-tier node's queue.
+    pub fn queue_depths(&self) -> Vec<(NodeId, usize)> {
+        self.queues
+            .iter()
+            .enumerate()
+            .filter_map(|(node, q)| Some((NodeId::try_from(node).ok()?, q.as_ref()?.len())))
+            .collect()
+    }
+
+    /// Starts copying every received sample into a channel of `capacity` samples (full:
+    /// the sample is counted in `record_dropped_samples`, never waited for). One at a time:
+    /// `None` while another recording runs.
+    pub fn start_tap(&self, capacity: usize) -> Option<Receiver<Sample>> {
+        let mut tap = self.tap.lock();
+        if tap.is_some() {
+            return None;
+        }
+        let (tx, rx) = crossbeam_channel::bounded(capacity);
+        *tap = Some(tx);
+        self.tap_on.store(true, Ordering::Release);
+        Some(rx)
+    }
+
+    pub fn stop_tap(&self) {
+        self.tap_on.store(false, Ordering::Release);
+        *self.tap.lock() = None;
+    }
+
+    #[cold]
+    fn tap(&self, s: &Sample) {
+        let tap = self.tap.lock();
+        if let Some(tx) = tap.as_ref() {
+            match tx.try_send(*s) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => self.stats.add(Counter::RecordDroppedSamples, 1),
+                // The reader went away; the control thread stops the tap.
+                Err(TrySendError::Disconnected(_)) => {}
+            }
+        }
+    }
+
     pub fn table(&self) -> &Arc<HotTable> {
         &self.table
     }
@@ -159,7 +219,9 @@ impl Ingest {
         Recorder {
             ingest: Arc::clone(self),
             local: LocalCounts::default(),
+            local_pids: LocalPids::default(),
             pending: 0,
+            flushed_ns: 0,
             resolver: NodeResolver::new((self.node_lookup)()),
             resolved: Vec::with_capacity(super::resolve::RESOLVE_BATCH),
         }
@@ -207,7 +269,10 @@ impl Ingest {
 pub struct Recorder {
     ingest: Arc<Ingest>,
     local: LocalCounts,
+    local_pids: LocalPids,
     pending: u32,
+    /// Sample time of the last fold.
+    flushed_ns: u64,
     resolver: NodeResolver,
     resolved: Vec<Resolved>,
 }
@@ -222,6 +287,7 @@ impl Recorder {
     /// Folds the local counts into the registry.
     pub fn flush(&mut self) {
         self.ingest.stats.absorb(&mut self.local);
+        self.local_pids.fold_into(&self.ingest.pids);
         self.pending = 0;
     }
 
@@ -327,8 +393,13 @@ impl Recorder {
             return;
         }
         self.local.bump(Counter::PghotRecordedAccesses);
-        if ingest.table.record(&access) == Recorded::Candidate {
+        let recorded = ingest.table.record(&access);
+        let pid_counts = self.local_pids.entry(s.pid, &ingest.pids);
+        pid_counts.recorded += 1;
+        if recorded == Recorded::Candidate {
+            pid_counts.candidates += 1;
             self.local.bump(Counter::PgpromoteCandidate);
+            let ingest = &*self.ingest;
             match ingest.target_for(s.cpu, node) {
                 Some(to_node) if to_node != node => self.offer(Candidate {
                     key,
@@ -352,8 +423,11 @@ impl SampleSink for Recorder {
         self.local.bump(Counter::HwhintTotalEvents);
         self.local.bump_source(s.source);
         self.pending += 1;
-        if self.pending >= FLUSH_EVERY {
+        // Also every 100 ms of sample time, so `pghotctl top` sees a slow source move; the
+        // sample's own clock costs no syscall.
+        if self.pending >= FLUSH_EVERY || s.time_ns > self.flushed_ns + FLUSH_AFTER_NS {
             self.flush();
+            self.flushed_ns = s.time_ns;
         }
         if let Some(writer) = &self.ingest.record_to
             && !self.ingest.record_failed.load(Ordering::Relaxed)
@@ -362,9 +436,13 @@ impl SampleSink for Recorder {
             self.ingest.record_failed.store(true, Ordering::Relaxed);
             tracing::error!("writing the sample recording failed, recording stops: {e}");
         }
+        if self.ingest.tap_on.load(Ordering::Relaxed) {
+            self.ingest.tap(s);
+        }
         let Some(key) = self.admit(s) else {
             return;
         };
+        self.local_pids.entry(s.pid, &self.ingest.pids).samples += 1;
         match self.known_node(s, key) {
             Some(node) => self.process(s, key, node),
             None => {

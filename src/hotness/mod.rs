@@ -255,14 +255,31 @@ impl HotTable {
         self.shards.iter().map(|s| s.lock().evicted).sum()
     }
 
+    /// The table's clock: the latest sample time any shard has seen.
+    fn now_ms(&self) -> u32 {
+        self.shards
+            .iter()
+            .map(|s| s.lock().now_ms)
+            .fold(0u32, |a, b| if elapsed_ms(b, a) > 0 { b } else { a })
+    }
+
+    /// Visits every tracked page with its decayed heat at the table's clock, one shard locked
+    /// at a time (for the control plane's per-process views; never called per sample).
+    pub fn for_each_page(&self, mut f: impl FnMut(&Entry, f64)) {
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = self.now_ms();
+        for shard in self.shards.iter() {
+            let shard = shard.lock();
+            for e in shard.iter() {
+                f(e, e.heat_at(now, halflife));
+            }
+        }
+    }
+
     /// The `n` hottest tracked pages with their decayed heat, hottest first.
     pub fn hottest(&self, n: usize) -> Vec<(Entry, f64)> {
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
-        let now = self
-            .shards
-            .iter()
-            .map(|s| s.lock().now_ms)
-            .fold(0u32, |a, b| if elapsed_ms(b, a) > 0 { b } else { a });
+        let now = self.now_ms();
         let mut all: Vec<(Entry, f64)> = Vec::new();
         for shard in self.shards.iter() {
             let shard = shard.lock();

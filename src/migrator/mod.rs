@@ -23,6 +23,7 @@ pub mod ratelimit;
 mod sys;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,6 +31,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
 use crate::hotness::HotTable;
 use crate::hotness::ingest::Candidate;
+use crate::pidstats::{PidCounts, PidStats};
 use crate::stats::{Counter, Stats};
 use crate::topology::{NodeId, Topology};
 use mover::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
@@ -79,6 +81,11 @@ pub struct Migrator<M: Mover, C: Clock> {
     topology: Arc<Topology>,
     stats: Arc<Stats>,
     watermark_warned: bool,
+    /// Set by `pghotctl pause`: batches are held back, not moved.
+    paused: Arc<AtomicBool>,
+    pids: Arc<PidStats>,
+    /// Outcomes of the group being processed, folded into `pids` once per group.
+    group: PidCounts,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -103,7 +110,22 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             topology,
             stats,
             watermark_warned: false,
+            paused: Arc::new(AtomicBool::new(false)),
+            pids: Arc::new(PidStats::default()),
+            group: PidCounts::default(),
         }
+    }
+
+    /// Shares the pause switch of the control plane.
+    pub fn with_pause(mut self, paused: Arc<AtomicBool>) -> Self {
+        self.paused = paused;
+        self
+    }
+
+    /// Shares the per-process counters.
+    pub fn with_pid_stats(mut self, pids: Arc<PidStats>) -> Self {
+        self.pids = pids;
+        self
     }
 
     pub fn reconfigure(&mut self, config: MigratorConfig) {
@@ -114,6 +136,12 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     /// Promotes a batch; every candidate ends in exactly one counter.
     pub fn process(&mut self, batch: &mut Vec<Candidate>) {
+        if self.paused.load(Ordering::Relaxed) {
+            // Paused: candidates are still counted and stay eligible; nothing moves.
+            self.held_back(batch, Counter::PgpromotePaused);
+            batch.clear();
+            return;
+        }
         batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.key.vaddr()));
         let mut start = 0;
         while start < batch.len() {
@@ -124,6 +152,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                     .take_while(|c| c.key.pid() == pid && c.to_node == to)
                     .count();
             self.process_group(pid, to, &batch[start..end]);
+            let group = std::mem::take(&mut self.group);
+            if group != PidCounts::default() {
+                self.pids.add(pid, &group);
+            }
             start = end;
         }
         batch.clear();
@@ -187,7 +219,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 
     /// Accounts one page's failure by its counter; transient ones are retried.
-    fn failed(&self, c: &Candidate, counter: Counter) {
+    fn failed(&mut self, c: &Candidate, counter: Counter) {
+        self.group.fail += 1;
         if is_transient(counter) {
             self.held_back(std::slice::from_ref(c), counter);
         } else {
@@ -197,7 +230,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
     }
 
-    fn promoted(&self, c: &Candidate) {
+    fn promoted(&mut self, c: &Candidate) {
+        self.group.promoted_pages += 1;
+        self.group.promoted_bytes += c.bytes;
         self.stats.add_promoted(c.to_node, 1, c.bytes);
         self.table.mark_promoted(c.key, c.to_node);
     }
@@ -286,7 +321,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
     }
 
-    fn fail_all(&self, pid: u32, n: usize, errno: nix::errno::Errno) {
+    fn fail_all(&mut self, pid: u32, n: usize, errno: nix::errno::Errno) {
+        self.group.fail += n as u64;
         let counter = call_failure(errno);
         if counter != Counter::PgpromoteFailNoProcess {
             tracing::debug!(pid, "move_pages: {errno}");
@@ -338,6 +374,15 @@ impl CandidateSender {
             }
             Err(e) => Err(e.into_inner()),
         }
+    }
+
+    /// Candidates waiting (for the control plane's queue-depth gauge).
+    pub fn len(&self) -> usize {
+        self.tx.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tx.is_empty()
     }
 }
 
@@ -420,6 +465,11 @@ impl MigratorHandle {
     /// `select!` with other channels.
     pub fn done(&self) -> &Receiver<()> {
         &self.done
+    }
+
+    /// A sender of events to this migrator (the control plane's `Reconfigure`).
+    pub fn events(&self) -> Sender<MigratorEvent> {
+        self.events.clone()
     }
 
     pub fn send(&self, event: MigratorEvent) {

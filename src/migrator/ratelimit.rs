@@ -15,7 +15,9 @@ pub trait Clock: Send {
     fn now(&self) -> Duration;
 }
 
-/// The real monotonic clock, as time since it was created.
+/// The real monotonic clock, as time since it was created. Clones share the epoch, so every
+/// user of one set of buckets must hold a clone of the same clock.
+#[derive(Debug, Clone)]
 pub struct MonotonicClock {
     start: Instant,
 }

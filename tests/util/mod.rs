@@ -10,9 +10,27 @@ pub fn qemu_3node() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node")
 }
 
+/// `pghotd` with a control socket of its own (tests run in parallel; the default
+/// /run/pghotd/pghotd.sock would be shared).
 pub fn pghotd() -> Command {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let socket = std::env::temp_dir().join(format!("pghotd-test-{}-{n}.sock", std::process::id()));
+    let mut cmd = pghotd_bare();
+    cmd.arg("--socket").arg(socket);
+    cmd
+}
+
+/// `pghotd` without arguments.
+pub fn pghotd_bare() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotd"));
     cmd.env_remove("RUST_LOG");
+    cmd
+}
+
+pub fn pghotctl(socket: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotctl"));
+    cmd.arg("--socket").arg(socket);
     cmd
 }
 

@@ -1,0 +1,348 @@
+//! The OpenMetrics endpoint (`metrics_listen`, off by default), served by `pghot-metrics`.
+//!
+//! Names: every registry counter `<name>` is `pghotd_<name>_total`; the per-node counters
+//! `<name>_node<N>` are `pghotd_<name>_node_total{node="N"}`; per-process counters are
+//! `pghotd_pid_<field>_total{pid,comm}` with the field names of `stats --json`; gauges have no
+//! suffix (`pghotd_tracked_pages`, `pghotd_queue_depth{node}`, ...). Label values are escaped
+//! (`\\`, `\"`, `\n`), since comm names are chosen by the processes.
+//!
+//! The server is deliberately small: HTTP/1.0-style, one request per connection, answered on
+//! the metrics thread (a scrape is one snapshot, well under a millisecond plus a table scan);
+//! a client that does not send its request within two seconds is dropped.
+
+use std::fmt::Write as _;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::plane::ControlPlane;
+use super::protocol::Snapshot;
+use super::{ControlError, ServiceThread, wait_readable};
+use crate::sampler::StopToken;
+
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Escapes a label value.
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Splits `pgpromote_bytes_node3` into (`pgpromote_bytes_node`, 3).
+fn node_suffix(name: &str) -> Option<(&str, &str)> {
+    let i = name.rfind("_node")? + "_node".len();
+    let digits = &name[i..];
+    (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then(|| (&name[..i], digits))
+}
+
+struct Writer {
+    out: String,
+}
+
+impl Writer {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{k}=\"{}\"", escape(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// Renders a snapshot as an OpenMetrics text exposition, `# EOF` included.
+pub fn render(snap: &Snapshot) -> String {
+    let mut w = Writer {
+        out: String::with_capacity(8192),
+    };
+    // Per-node counters grouped into one family each.
+    let mut per_node: std::collections::BTreeMap<&str, Vec<(&str, u64)>> = Default::default();
+    for (name, &value) in &snap.counters {
+        if let Some((base, node)) = node_suffix(name) {
+            per_node.entry(base).or_default().push((node, value));
+            continue;
+        }
+        let family = format!("pghotd_{name}");
+        w.family(&family, "counter", &format!("pghotd counter {name}"));
+        w.sample(&format!("{family}_total"), &[], value);
+    }
+    for (base, nodes) in &per_node {
+        let family = format!("pghotd_{base}");
+        w.family(
+            &family,
+            "counter",
+            &format!("pghotd counter {base}<N>, by node"),
+        );
+        for (node, value) in nodes {
+            w.sample(&format!("{family}_total"), &[("node", node)], value);
+        }
+    }
+    let gauges: [(&str, &str, u64); 3] = [
+        (
+            "pghotd_tracked_pages",
+            "pages in the hotness table",
+            snap.tracked_pages,
+        ),
+        (
+            "pghotd_max_tracked_pages",
+            "hotness table bound (max_tracked_pages)",
+            snap.max_tracked_pages,
+        ),
+        (
+            "pghotd_paused",
+            "1 while promotion is paused",
+            u64::from(snap.paused),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        w.family(name, "gauge", help);
+        w.sample(name, &[], value);
+    }
+    w.family(
+        "pghotd_uptime_seconds",
+        "gauge",
+        "seconds since pghotd started",
+    );
+    w.sample(
+        "pghotd_uptime_seconds",
+        &[],
+        format!("{:.3}", snap.uptime_s),
+    );
+    w.family(
+        "pghotd_queue_depth",
+        "gauge",
+        "candidates waiting for a lower-tier node's migrator",
+    );
+    for n in &snap.nodes {
+        if let Some(d) = n.queue_depth {
+            w.sample("pghotd_queue_depth", &[("node", &n.node.to_string())], d);
+        }
+    }
+    // Samples follow their own family's # TYPE line.
+    w.family("pghotd_node_mem_total_bytes", "gauge", "memory of a node");
+    for n in &snap.nodes {
+        let node = n.node.to_string();
+        let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
+        w.sample(
+            "pghotd_node_mem_total_bytes",
+            &labels,
+            n.mem_total_kb * 1024,
+        );
+    }
+    w.family(
+        "pghotd_node_mem_free_bytes",
+        "gauge",
+        "free memory of a node",
+    );
+    for n in &snap.nodes {
+        let node = n.node.to_string();
+        let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
+        if let Some(free) = n.mem_free_kb {
+            w.sample("pghotd_node_mem_free_bytes", &labels, free * 1024);
+        }
+    }
+    type Field = fn(&super::protocol::PidRow) -> u64;
+    let pid_counters: [(&str, Field); 6] = [
+        ("samples", |p| p.counts.samples),
+        ("recorded", |p| p.counts.recorded),
+        ("candidates", |p| p.counts.candidates),
+        ("promoted_pages", |p| p.counts.promoted_pages),
+        ("promoted_bytes", |p| p.counts.promoted_bytes),
+        ("fail", |p| p.counts.fail),
+    ];
+    let pid_gauges: [(&str, Field); 3] = [
+        ("tracked_pages", |p| p.tracked_pages),
+        ("hot", |p| p.hot),
+        ("hot_slow", |p| p.hot_slow),
+    ];
+    let labels = |p: &super::protocol::PidRow| (p.pid.to_string(), p.comm.clone());
+    for (field, get) in pid_counters {
+        let family = format!("pghotd_pid_{field}");
+        w.family(&family, "counter", &format!("per-process {field}"));
+        for p in &snap.pids {
+            let (pid, comm) = labels(p);
+            w.sample(
+                &format!("{family}_total"),
+                &[("pid", &pid), ("comm", &comm)],
+                get(p),
+            );
+        }
+    }
+    for (field, get) in pid_gauges {
+        let family = format!("pghotd_pid_{field}");
+        w.family(&family, "gauge", &format!("per-process {field}"));
+        for p in &snap.pids {
+            let (pid, comm) = labels(p);
+            w.sample(&family, &[("pid", &pid), ("comm", &comm)], get(p));
+        }
+    }
+    w.out.push_str("# EOF\n");
+    w.out
+}
+
+/// Binds the metrics address before any thread starts.
+pub fn bind(addr: SocketAddr) -> Result<TcpListener, ControlError> {
+    TcpListener::bind(addr).map_err(|source| ControlError::MetricsBind { addr, source })
+}
+
+pub struct MetricsServer(ServiceThread);
+
+impl MetricsServer {
+    pub fn spawn(listener: TcpListener, plane: Arc<ControlPlane>) -> io::Result<MetricsServer> {
+        listener.set_nonblocking(true)?;
+        ServiceThread::spawn("pghot-metrics", move |stop| serve(&listener, &plane, &stop))
+            .map(MetricsServer)
+    }
+
+    pub fn shutdown(self) {
+        self.0.shutdown();
+    }
+}
+
+fn serve(listener: &TcpListener, plane: &ControlPlane, stop: &StopToken) {
+    loop {
+        match wait_readable(listener.as_fd(), stop) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::error!("metrics poll: {e}; not serving");
+                return;
+            }
+        }
+        match listener.accept() {
+            Ok((stream, _)) => {
+                if let Err(e) = answer(stream, plane) {
+                    tracing::debug!("metrics request: {e}");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => tracing::warn!("metrics accept: {e}"),
+        }
+    }
+}
+
+fn answer(mut stream: TcpStream, plane: &ControlPlane) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    // The request head, up to 8 KiB; only its first line matters.
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = stream.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&chunk[..n]);
+        if head.len() > 8192 {
+            break;
+        }
+    }
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let first = String::from_utf8_lossy(first);
+    let mut parts = first.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, ctype, body) = match (method, path) {
+        ("GET", "/metrics") | ("GET", "/") => (
+            "200 OK",
+            CONTENT_TYPE,
+            render(&plane.snapshot(usize::MAX, None)),
+        ),
+        ("GET", _) => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET /metrics\n".to_string(),
+        ),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    stream.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::protocol::{NodeRow, PidRow};
+    use crate::pidstats::PidCounts;
+
+    #[test]
+    fn names_labels_and_escaping() {
+        let snap = Snapshot {
+            counters: [
+                ("pgpromote_success".to_string(), 7),
+                ("pgpromote_success_node0".to_string(), 5),
+                ("pgpromote_success_node1".to_string(), 2),
+            ]
+            .into_iter()
+            .collect(),
+            uptime_s: 1.5,
+            paused: true,
+            dry_run: false,
+            sources: vec![],
+            promote_rate_limit_mbps: 1,
+            tracked_pages: 3,
+            max_tracked_pages: 1024,
+            nodes: vec![NodeRow {
+                node: 2,
+                tier: "lower".into(),
+                cpus: 0,
+                mem_total_kb: 4,
+                mem_free_kb: Some(1),
+                queue_depth: Some(9),
+            }],
+            pids: vec![PidRow {
+                pid: 42,
+                comm: "a\"b\\c".into(),
+                counts: PidCounts {
+                    samples: 11,
+                    ..PidCounts::default()
+                },
+                tracked_pages: 1,
+                hot: 1,
+                hot_slow: 0,
+            }],
+            pids_omitted: 0,
+            ranges: None,
+        };
+        let text = render(&snap);
+        for line in [
+            "# TYPE pghotd_pgpromote_success counter",
+            "pghotd_pgpromote_success_total 7",
+            "# TYPE pghotd_pgpromote_success_node counter",
+            "pghotd_pgpromote_success_node_total{node=\"0\"} 5",
+            "pghotd_queue_depth{node=\"2\"} 9",
+            "pghotd_paused 1",
+            "pghotd_node_mem_free_bytes{node=\"2\",tier=\"lower\"} 1024",
+            "pghotd_pid_samples_total{pid=\"42\",comm=\"a\\\"b\\\\c\"} 11",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

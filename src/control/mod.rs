@@ -1,0 +1,125 @@
+//! The control plane: the `pghot-ctl` socket that `pghotctl` talks to, SIGHUP reloads, and the
+//! optional OpenMetrics endpoint (`pghot-metrics`).
+//!
+//! Protocol (see [`protocol`]): JSON lines over a Unix stream socket, versioned:
+//!
+//! ```text
+//! -> {"v":1,"req":"config_set","key":"freq_threshold","value":"3"}
+//! <- {"ok":{"file":null,"applied":["freq_threshold"],"needs_restart":[]}}
+//! -> {"v":1,"req":"fly"}
+//! <- {"error":{"kind":"unknown_request","message":"unknown request 'fly' (known: status, ...)"}}
+//! ```
+//!
+//! A connection may send any number of requests; each gets one answer line, except `record`,
+//! whose `ok` line is followed by pghot-trace v1 text until the recording ends and the daemon
+//! closes the connection. Requests over 64 KiB, malformed or unknown ones get an error answer;
+//! the connection stays usable and the daemon never stops for them.
+//!
+//! Threads: `pghot-ctl` accepts and hands each connection to its own `pghot-ctl/conn` thread
+//! (at most [`server::MAX_CONNECTIONS`]; more get a `busy` answer), so a slow client only
+//! holds its own thread. `pghot-ctl/conn` threads never touch the hot path's internals: they
+//! read the counter registry and the per-process counters (atomics and a mutex the samplers
+//! take once per 1024 samples), scan the hotness table one shard lock at a time for the
+//! per-process views, and change the daemon only through the table's policy atomics, the
+//! ingest's target atomic, the pause flag and the migrators' `Reconfigure` events.
+//!
+//! Permissions: the socket is mode 0660, group `pghot` when that group exists. Anyone who can
+//! connect may read (status, stats, top, config get); requests that change the daemon or reveal
+//! other processes' addresses (config set, pause, resume, reload, migrate, record) need the peer
+//! (SO_PEERCRED) to be root or a member of `pghot`.
+
+pub mod client;
+pub mod metrics;
+pub mod migrate;
+mod plane;
+pub mod protocol;
+pub mod server;
+
+pub use plane::{ControlParts, ControlPlane, ReloadFrom};
+
+use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
+use std::thread::JoinHandle;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::sampler::StopToken;
+
+/// A listener thread with its own stop token: `pghot-ctl` and `pghot-metrics`.
+pub(crate) struct ServiceThread {
+    name: &'static str,
+    stop: StopToken,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ServiceThread {
+    pub(crate) fn spawn(
+        name: &'static str,
+        f: impl FnOnce(StopToken) + Send + 'static,
+    ) -> std::io::Result<ServiceThread> {
+        let stop = StopToken::new();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || f(stop))?
+        };
+        Ok(ServiceThread {
+            name,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread; it sees the token within [`wait_readable`]'s 100 ms.
+    pub(crate) fn shutdown(mut self) {
+        self.stop.stop();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!("{} thread panicked", self.name);
+        }
+    }
+}
+
+/// Waits until `fd` is readable (true) or `stop` is raised (false), in 100 ms slices.
+pub(crate) fn wait_readable(fd: BorrowedFd<'_>, stop: &StopToken) -> Result<bool, nix::Error> {
+    while !stop.is_stopped() {
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(100u8)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) => return Ok(true),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("creating the control socket directory {}: {source}", path.display())]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("binding the control socket {}: {source}", path.display())]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "another pghotd is listening on {}; stop it, or give this one its own --socket PATH",
+        path.display()
+    )]
+    InUse { path: PathBuf },
+    #[error("setting the permissions of {}: {source}", path.display())]
+    Permissions {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("binding metrics_listen {addr}: {source}; is the port already in use?")]
+    MetricsBind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+}

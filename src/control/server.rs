@@ -1,0 +1,463 @@
+//! The control socket: binding with the right permissions, the accept thread, one thread per
+//! connection, request framing and the permission check.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::plane::ControlPlane;
+use super::protocol::{ErrorBody, ErrorKind, MAX_REQUEST_BYTES, Request, Response, parse_request};
+use super::{ControlError, ServiceThread, wait_readable};
+use crate::sampler::StopToken;
+use crate::sampler::trace::TraceWriter;
+use crate::stats::Counter;
+
+/// Connections served at once; more get a `busy` answer and are closed.
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The group whose members may change the daemon (besides root).
+pub const CONTROL_GROUP: &str = "pghot";
+
+/// Samples a `record` stream buffers before it drops (and counts) them.
+const RECORD_BUFFER: usize = 1 << 16;
+
+/// How often blocked reads and accepts look at the stop token.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Creates the socket's directory, binds, sets mode 0660 and group `pghot` (when it exists).
+/// A socket file left by a daemon that died is replaced; one a live daemon answers on is not.
+pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        std::fs::create_dir_all(dir).map_err(|source| ControlError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    let bind_err = |source| ControlError::Bind {
+        path: path.to_path_buf(),
+        source,
+    };
+    let listener = match UnixListener::bind(path) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Err(ControlError::InUse {
+                    path: path.to_path_buf(),
+                });
+            }
+            tracing::info!("replacing stale control socket {}", path.display());
+            std::fs::remove_file(path).map_err(bind_err)?;
+            UnixListener::bind(path).map_err(bind_err)?
+        }
+        Err(e) => return Err(bind_err(e)),
+    };
+    let perm_err = |source| ControlError::Permissions {
+        path: path.to_path_buf(),
+        source,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(perm_err)?;
+    if let Some(gid) = control_gid() {
+        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
+            .map_err(|e| perm_err(e.into()))?;
+    }
+    Ok(listener)
+}
+
+/// The gid of the `pghot` group, if it exists.
+pub fn control_gid() -> Option<u32> {
+    nix::unistd::Group::from_name(CONTROL_GROUP)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
+}
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub pid: i32,
+    pub uid: u32,
+    /// Root, or a member of `pghot`.
+    pub may_change: bool,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} uid {}", self.pid, self.uid)
+    }
+}
+
+/// SO_PEERCRED, and the peer's groups from /proc/PID/status. A peer whose credentials cannot
+/// be read may only read.
+fn peer_of(stream: &UnixStream, control_gid: Option<u32>) -> Peer {
+    let Ok(cred) = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+    else {
+        return Peer {
+            pid: -1,
+            uid: u32::MAX,
+            may_change: false,
+        };
+    };
+    let in_group = control_gid
+        .is_some_and(|g| cred.gid() == g || supplementary_groups(cred.pid()).contains(&g));
+    Peer {
+        pid: cred.pid(),
+        uid: cred.uid(),
+        may_change: cred.uid() == 0 || in_group,
+    }
+}
+
+/// The `Groups:` of /proc/PID/status (empty when the process is gone).
+fn supplementary_groups(pid: i32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Groups:").map(|g| {
+                    g.split_whitespace()
+                        .filter_map(|n| n.parse().ok())
+                        .collect()
+                })
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// The running control server.
+pub struct ControlServer {
+    path: PathBuf,
+    thread: ServiceThread,
+}
+
+impl ControlServer {
+    /// Spawns `pghot-ctl` on a bound listener.
+    pub fn spawn(
+        listener: UnixListener,
+        path: PathBuf,
+        plane: Arc<ControlPlane>,
+    ) -> io::Result<ControlServer> {
+        let gid = control_gid();
+        let thread = ServiceThread::spawn("pghot-ctl", move |stop| {
+            accept_loop(&listener, &plane, &stop, gid)
+        })?;
+        Ok(ControlServer { path, thread })
+    }
+
+    /// Stops accepting, lets connections end within a tick, removes the socket file.
+    pub fn shutdown(self) {
+        self.thread.shutdown();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn accept_loop(
+    listener: &UnixListener,
+    plane: &Arc<ControlPlane>,
+    stop: &StopToken,
+    gid: Option<u32>,
+) {
+    let active = Arc::new(AtomicUsize::new(0));
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!("control socket: {e}; not serving");
+        return;
+    }
+    loop {
+        match wait_readable(listener.as_fd(), stop) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::error!("control socket poll: {e}; not serving");
+                return;
+            }
+        }
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => {
+                tracing::warn!("control socket accept: {e}");
+                continue;
+            }
+        };
+        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_write_timeout(Some(TICK));
+            let body = ErrorBody::new(
+                ErrorKind::Busy,
+                format!("{MAX_CONNECTIONS} control connections are open; try again later"),
+            );
+            let _ = (&stream).write_all(Response::Error(body).to_line().as_bytes());
+            continue;
+        }
+        active.fetch_add(1, Ordering::Relaxed);
+        let guard = ActiveGuard(Arc::clone(&active));
+        let plane = Arc::clone(plane);
+        let stop = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pghot-ctl/conn".into())
+            .spawn(move || {
+                let _guard = guard;
+                serve(stream, &plane, &stop, gid);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("control connection thread: {e}");
+        }
+    }
+}
+
+struct ActiveGuard(Arc<AtomicUsize>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What reading a request line gave.
+enum Line {
+    Request(Vec<u8>),
+    TooLong,
+    Closed,
+}
+
+/// Reads newline-framed requests of at most [`MAX_REQUEST_BYTES`]; the rest of an over-long
+/// line is read and thrown away, so the next request on the connection still parses.
+struct LineReader {
+    buf: Vec<u8>,
+    start: usize,
+    discarding: bool,
+}
+
+impl LineReader {
+    fn new() -> Self {
+        LineReader {
+            buf: Vec::with_capacity(4096),
+            start: 0,
+            discarding: false,
+        }
+    }
+
+    fn next(&mut self, stream: &mut UnixStream, stop: &StopToken) -> Line {
+        loop {
+            if let Some(i) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
+                let line = self.buf[self.start..self.start + i].to_vec();
+                self.start += i + 1;
+                if std::mem::take(&mut self.discarding) || i >= MAX_REQUEST_BYTES {
+                    return Line::TooLong;
+                }
+                return Line::Request(line);
+            }
+            // Compact what was consumed.
+            self.buf.drain(..self.start);
+            self.start = 0;
+            if self.buf.len() >= MAX_REQUEST_BYTES {
+                self.discarding = true;
+                self.buf.clear();
+            }
+            let mut chunk = [0u8; 8192];
+            match stream.read(&mut chunk) {
+                Ok(0) => return Line::Closed,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    if stop.is_stopped() {
+                        return Line::Closed;
+                    }
+                }
+                Err(_) => return Line::Closed,
+            }
+        }
+    }
+}
+
+fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, gid: Option<u32>) {
+    let peer = peer_of(&stream, gid);
+    let configured = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_read_timeout(Some(TICK)))
+        // A client that stops reading must not hold this thread for long.
+        .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(5))));
+    if let Err(e) = configured {
+        tracing::warn!("control connection from {peer}: {e}");
+        return;
+    }
+    let mut reader = LineReader::new();
+    loop {
+        let answer = match reader.next(&mut stream, stop) {
+            Line::Closed => return,
+            Line::TooLong => Err(ErrorBody::new(
+                ErrorKind::TooLarge,
+                format!("request longer than {MAX_REQUEST_BYTES} bytes (64 KiB); not read"),
+            )),
+            Line::Request(bytes) => match std::str::from_utf8(&bytes) {
+                Err(_) => Err(ErrorBody::new(
+                    ErrorKind::BadRequest,
+                    "request is not UTF-8",
+                )),
+                Ok(text) if text.trim().is_empty() => continue,
+                Ok(text) => match parse_request(text.trim()) {
+                    Err(e) => Err(e),
+                    Ok(req) if req.is_privileged() && !peer.may_change => Err(ErrorBody::new(
+                        ErrorKind::PermissionDenied,
+                        format!(
+                            "{} changes the daemon: it needs root or membership in group \
+                             {CONTROL_GROUP} (you are uid {})",
+                            request_name(&req),
+                            peer.uid
+                        ),
+                    )),
+                    Ok(Request::Record { duration_s }) => {
+                        plane.stats().add(Counter::ControlRequests, 1);
+                        record(&mut stream, plane, stop, duration_s, peer);
+                        return;
+                    }
+                    Ok(req) => {
+                        let answer = plane.handle(&req);
+                        if let Err(e) = &answer {
+                            tracing::info!("control {peer}: {}: {}", request_name(&req), e.message);
+                        }
+                        answer
+                    }
+                },
+            },
+        };
+        plane.stats().add(Counter::ControlRequests, 1);
+        let response = match answer {
+            Ok(v) => Response::Ok(v),
+            Err(e) => {
+                plane.stats().add(Counter::ControlErrors, 1);
+                tracing::debug!("control {peer}: {}", e.message);
+                Response::Error(e)
+            }
+        };
+        if stream.write_all(response.to_line().as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn request_name(req: &Request) -> String {
+    serde_json::to_value(req)
+        .ok()
+        .and_then(|v| v.get("req").and_then(|r| r.as_str()).map(str::to_string))
+        .unwrap_or_else(|| "request".into())
+}
+
+/// Ends the tap however the stream ends.
+struct TapGuard<'a>(&'a ControlPlane);
+
+impl Drop for TapGuard<'_> {
+    fn drop(&mut self) {
+        self.0.ingest().stop_tap();
+    }
+}
+
+/// Streams samples as pghot-trace v1 after an `ok` line, until the duration passes, the client
+/// hangs up or the daemon stops. The trace ends with a comment line with the counts.
+fn record(
+    stream: &mut UnixStream,
+    plane: &ControlPlane,
+    stop: &StopToken,
+    duration_s: Option<f64>,
+    peer: Peer,
+) {
+    let duration = match duration_s {
+        None => None,
+        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
+        Some(s) => {
+            let body = ErrorBody::new(
+                ErrorKind::InvalidValue,
+                format!("duration_s {s}: must be a positive number of seconds"),
+            );
+            let _ = stream.write_all(Response::Error(body).to_line().as_bytes());
+            return;
+        }
+    };
+    let Some(rx) = plane.ingest().start_tap(RECORD_BUFFER) else {
+        let body = ErrorBody::new(ErrorKind::Busy, "another pghotctl record is running");
+        let _ = stream.write_all(Response::Error(body).to_line().as_bytes());
+        return;
+    };
+    let _tap = TapGuard(plane);
+    tracing::info!("control {peer}: record started");
+    let dropped_before = plane.stats().get(Counter::RecordDroppedSamples);
+    let ok = Response::Ok(serde_json::json!({ "format": "pghot-trace v1" })).to_line();
+    if stream.write_all(ok.as_bytes()).is_err() {
+        return;
+    }
+    let Ok(write_half) = stream.try_clone() else {
+        return;
+    };
+    let Ok(mut out) = TraceWriter::new(BufWriter::with_capacity(1 << 16, write_half)) else {
+        return;
+    };
+    let deadline = duration.map(|d| Instant::now() + d);
+    let mut samples = 0u64;
+    let ended = loop {
+        if stop.is_stopped() || plane.stop_token().is_stopped() {
+            break "the daemon is stopping";
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break "duration reached";
+        }
+        if client_gone(stream) {
+            break "the client hung up";
+        }
+        match rx.recv_timeout(TICK) {
+            Ok(s) => {
+                if out.write_sample(&s).is_err() {
+                    break "the client hung up";
+                }
+                samples += 1;
+                // Whatever else is waiting goes in the same write.
+                for s in rx.try_iter().take(4096) {
+                    if out.write_sample(&s).is_err() {
+                        break;
+                    }
+                    samples += 1;
+                }
+            }
+            Err(_) => {
+                if out.flush().is_err() {
+                    break "the client hung up";
+                }
+            }
+        }
+    };
+    // Samples that arrived before the tap closed still belong to the recording.
+    plane.ingest().stop_tap();
+    for s in rx.try_iter() {
+        if out.write_sample(&s).is_err() {
+            break;
+        }
+        samples += 1;
+    }
+    let dropped = plane.stats().get(Counter::RecordDroppedSamples) - dropped_before;
+    let mut inner = out.into_inner();
+    let _ = writeln!(
+        inner,
+        "# pghotd record: {samples} samples, {dropped} dropped (buffer full); ended: {ended}"
+    );
+    let _ = inner.flush();
+    tracing::info!("control {peer}: record ended ({ended}): {samples} samples, {dropped} dropped");
+}
+
+/// True when the client has closed its end (a peek returns 0 bytes without waiting).
+fn client_gone(stream: &UnixStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    let flags = nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT;
+    matches!(
+        nix::sys::socket::recv(stream.as_raw_fd(), &mut byte, flags),
+        Ok(0) | Err(nix::errno::Errno::ECONNRESET)
+    )
+}
