@@ -303,8 +303,15 @@ fn bad_input_gets_a_clear_error_and_exit_code() {
     let err = stderr_of(util::pghotd().args(["--source", "ibs:x"]), 2);
     assert!(err.contains("unknown source 'ibs:x'"), "{err}");
 
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("none.toml");
+    std::fs::write(&empty, "enabled_sources = []\n").unwrap();
     let err = stderr_of(
-        util::pghotd().arg("--sysfs-root").arg(util::qemu_3node()),
+        util::pghotd()
+            .arg("--config")
+            .arg(&empty)
+            .arg("--sysfs-root")
+            .arg(util::qemu_3node()),
         2,
     );
     assert!(err.contains("no sample source given"), "{err}");

@@ -138,3 +138,37 @@ fn pagefault_source_sees_a_child_fault_in_its_buffer_and_the_counters_add_up() {
         "pghotd's own faults are out of scope"
     );
 }
+
+#[test]
+fn hardware_sources_fail_at_once_naming_the_missing_pmu() {
+    // This machine is a VM without a PMU: neither ibs_op nor cpu is in sysfs.
+    for (source, pmu) in [("ibs", "ibs_op"), ("pebs", "cpu")] {
+        let started = Instant::now();
+        let out = util::run_code(
+            pghotd().args(["--source", source, "--dry-run", "--duration", "5"]),
+            3,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("opening PMU {pmu}: ")),
+            "{source}: {err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{source} failed slowly"
+        );
+    }
+}
+
+#[test]
+fn auto_falls_back_to_page_faults_and_says_why() {
+    let out = run(
+        pghotd().args(["--dry-run", "--duration", "0.5", "--log", "info"]),
+        true,
+    );
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("source auto chose pagefault"), "{log}");
+    for why in ["ibs: ", "pebs: ", "damon: watches explicit pids"] {
+        assert!(log.contains(why), "no reason for {why}\n{log}");
+    }
+}

@@ -43,7 +43,7 @@ const EXIT_UNSUPPORTED: u8 = 3;
 
 fn exit_code(err: &DaemonError) -> u8 {
     match err {
-        DaemonError::Source(pghotd::sampler::SourceError::Unsupported { .. }) => EXIT_UNSUPPORTED,
+        DaemonError::Source(e) if e.is_unsupported() => EXIT_UNSUPPORTED,
         DaemonError::Config(_)
         | DaemonError::NoSources
         | DaemonError::Source(_)
@@ -139,7 +139,11 @@ fn check_config(config: &Config) -> ExitCode {
     for spec in &config.sources {
         if let Err(e) = spec.open(&open_ctx) {
             eprintln!("pghotd: {e}");
-            return ExitCode::from(EXIT_CONFIG);
+            return ExitCode::from(if e.is_unsupported() {
+                EXIT_UNSUPPORTED
+            } else {
+                EXIT_CONFIG
+            });
         }
     }
     println!("config ok");

@@ -19,7 +19,9 @@ use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
 use crate::sampler::damon::DamonConfig;
+use crate::sampler::ibs::IbsTunables;
 use crate::sampler::pagefault::PageFaultTunables;
+use crate::sampler::pebs::PebsTunables;
 use crate::sampler::perf::PerfSettings;
 use crate::sampler::softdirty::SoftDirtyConfig;
 use crate::topology::NodeId;
@@ -98,6 +100,8 @@ pub struct RawConfig {
     pub sysfs_root: Option<Spanned<String>>,
     pub perf: Option<RawPerf>,
     pub pagefault: Option<RawPageFault>,
+    pub ibs: Option<RawIbs>,
+    pub pebs: Option<RawPebs>,
     pub softdirty_interval_ms: Option<Spanned<i64>>,
     pub softdirty_scan_budget_pages: Option<Spanned<i64>>,
     pub damon_sample_us: Option<Spanned<i64>>,
@@ -114,6 +118,26 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields)]
 pub struct RawPerf {
     pub ring_pages: Option<Spanned<i64>>,
+}
+
+/// `[ibs]`: AMD IBS op sampling.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIbs {
+    pub period: Option<Spanned<i64>>,
+    pub count_ops: Option<Spanned<bool>>,
+    pub l3miss_only: Option<Spanned<bool>>,
+    pub ldlat: Option<Spanned<i64>>,
+    pub user_only: Option<Spanned<bool>>,
+}
+
+/// `[pebs]`: Intel PEBS memory sampling.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPebs {
+    pub period: Option<Spanned<i64>>,
+    pub ldlat: Option<Spanned<i64>>,
+    pub stores: Option<Spanned<bool>>,
 }
 
 /// `[pagefault]`: the page-fault source.
@@ -172,6 +196,30 @@ pub struct TunableArgs {
     /// The pagefault source samples one of every N faults per CPU [default: 1].
     #[arg(long = "pagefault-period", value_name = "N")]
     pub pagefault_period: Option<i64>,
+    /// IBS: ops (or cycles) between samples, rounded down to a multiple of 16 [default: 10000].
+    #[arg(long = "ibs-period", value_name = "N")]
+    pub ibs_period: Option<i64>,
+    /// IBS: count dispatched ops (true) or cycles (false) [default: true].
+    #[arg(long = "ibs-count-ops", value_name = "BOOL")]
+    pub ibs_count_ops: Option<bool>,
+    /// IBS: keep only ops that missed L3 (Zen4+) [default: on where the PMU has it].
+    #[arg(long = "ibs-l3miss-only", value_name = "BOOL")]
+    pub ibs_l3miss_only: Option<bool>,
+    /// IBS: load-latency threshold in cycles, 128..=2048 (Zen5, Linux 6.15+) [default: off].
+    #[arg(long = "ibs-ldlat", value_name = "CYCLES")]
+    pub ibs_ldlat: Option<i64>,
+    /// IBS: user-space samples only [default: true].
+    #[arg(long = "ibs-user-only", value_name = "BOOL")]
+    pub ibs_user_only: Option<bool>,
+    /// PEBS: qualifying loads or stores between samples [default: 2000].
+    #[arg(long = "pebs-period", value_name = "N")]
+    pub pebs_period: Option<i64>,
+    /// PEBS: load-latency threshold in cycles [default: 30].
+    #[arg(long = "pebs-ldlat", value_name = "CYCLES")]
+    pub pebs_ldlat: Option<i64>,
+    /// PEBS: also sample stores (mem-stores) [default: true].
+    #[arg(long = "pebs-stores", value_name = "BOOL")]
+    pub pebs_stores: Option<bool>,
     /// softdirty: time between passes over the pids [default: 1000].
     #[arg(long, value_name = "MS")]
     pub softdirty_interval_ms: Option<i64>,
@@ -213,6 +261,8 @@ pub struct Config {
     pub sysfs_root: PathBuf,
     pub perf: PerfSettings,
     pub pagefault: PageFaultTunables,
+    pub ibs: IbsTunables,
+    pub pebs: PebsTunables,
     pub damon: DamonConfig,
     pub softdirty: SoftDirtyConfig,
     /// Where state that must outlive a crash goes (not a key: tests change it).
@@ -227,7 +277,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            sources: Vec::new(),
+            sources: vec![SourceSpec::Auto],
             target_nid: None,
             policy: HotPolicy::default(),
             migrator: MigratorConfig::default(),
@@ -236,6 +286,8 @@ impl Default for Config {
             sysfs_root: PathBuf::from("/sys"),
             perf: PerfSettings::default(),
             pagefault: PageFaultTunables::default(),
+            ibs: IbsTunables::default(),
+            pebs: PebsTunables::default(),
             damon: DamonConfig::default(),
             softdirty: SoftDirtyConfig::default(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
@@ -290,6 +342,13 @@ pub mod limits {
     pub const PID: (i64, i64) = (1, (1 << 22) - 1);
     pub const PERF_RING_PAGES: (i64, i64) = (1, 1 << 14);
     pub const PAGEFAULT_PERIOD: (i64, i64) = (1, 1 << 30);
+    /// The op PMU's minimum; the maximum is the extended-count one (0x7FFFFF0), checked
+    /// against the PMU's caps when the source opens.
+    pub const IBS_PERIOD: (i64, i64) = (0x90, 0x7ff_fff0);
+    pub const IBS_LDLAT: (i64, i64) = (128, 2048);
+    pub const PEBS_PERIOD: (i64, i64) = (1, 1 << 30);
+    /// The `ldlat` format field is 16 bits wide (config1:0-15).
+    pub const PEBS_LDLAT: (i64, i64) = (1, u16::MAX as i64);
     pub const SOFTDIRTY_INTERVAL_MS: (i64, i64) = (10, 60_000);
     pub const SOFTDIRTY_SCAN_BUDGET_PAGES: (i64, i64) = (1024, 1 << 32);
     pub const DAMON_SAMPLE_US: (i64, i64) = (100, 500_000);
@@ -315,6 +374,8 @@ impl Config {
             sysfs_root: self.sysfs_root.clone(),
             perf: self.perf,
             pagefault: self.pagefault,
+            ibs: self.ibs,
+            pebs: self.pebs,
             run_dir: self.run_dir.clone(),
             damon: self.damon,
             softdirty: self.softdirty,
@@ -406,6 +467,14 @@ impl Config {
             }),
             perf_ring_pages: setting(raw.perf.and_then(|t| t.ring_pages), &at),
             pagefault_period: setting(raw.pagefault.and_then(|t| t.period), &at),
+            ibs_period: setting(raw.ibs.as_ref().and_then(|t| t.period.clone()), &at),
+            ibs_count_ops: setting(raw.ibs.as_ref().and_then(|t| t.count_ops.clone()), &at),
+            ibs_l3miss_only: setting(raw.ibs.as_ref().and_then(|t| t.l3miss_only.clone()), &at),
+            ibs_ldlat: setting(raw.ibs.as_ref().and_then(|t| t.ldlat.clone()), &at),
+            ibs_user_only: setting(raw.ibs.as_ref().and_then(|t| t.user_only.clone()), &at),
+            pebs_period: setting(raw.pebs.as_ref().and_then(|t| t.period.clone()), &at),
+            pebs_ldlat: setting(raw.pebs.as_ref().and_then(|t| t.ldlat.clone()), &at),
+            pebs_stores: setting(raw.pebs.as_ref().and_then(|t| t.stores.clone()), &at),
             softdirty_interval_ms: setting(raw.softdirty_interval_ms, &at),
             softdirty_scan_budget_pages: setting(raw.softdirty_scan_budget_pages, &at),
             damon_sample_us: setting(raw.damon_sample_us, &at),
@@ -448,6 +517,14 @@ impl Config {
             sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
             perf_ring_pages: flag(args.perf_ring_pages, "perf-ring-pages"),
             pagefault_period: flag(args.pagefault_period, "pagefault-period"),
+            ibs_period: flag(args.ibs_period, "ibs-period"),
+            ibs_count_ops: flag(args.ibs_count_ops, "ibs-count-ops"),
+            ibs_l3miss_only: flag(args.ibs_l3miss_only, "ibs-l3miss-only"),
+            ibs_ldlat: flag(args.ibs_ldlat, "ibs-ldlat"),
+            ibs_user_only: flag(args.ibs_user_only, "ibs-user-only"),
+            pebs_period: flag(args.pebs_period, "pebs-period"),
+            pebs_ldlat: flag(args.pebs_ldlat, "pebs-ldlat"),
+            pebs_stores: flag(args.pebs_stores, "pebs-stores"),
             softdirty_interval_ms: flag(args.softdirty_interval_ms, "softdirty-interval-ms"),
             softdirty_scan_budget_pages: flag(
                 args.softdirty_scan_budget_pages,
@@ -554,6 +631,7 @@ impl Config {
         if let Some(n) = num(&s.pagefault_period, "pagefault.period", PAGEFAULT_PERIOD)? {
             self.pagefault.period = n as u64;
         }
+        self.apply_hardware(&s)?;
         if let Some(v) = s.sysfs_root {
             if !v.value.is_dir() {
                 return Err(ConfigError::Invalid {
@@ -650,6 +728,43 @@ impl Config {
         Ok(())
     }
 
+    /// The `[ibs]` and `[pebs]` tunables. What the PMU supports (a period's upper bound with
+    /// OPCNTEXT, l3missonly, ldlat) is checked against sysfs when the source opens.
+    fn apply_hardware(&mut self, s: &Settings) -> Result<(), ConfigError> {
+        use limits::*;
+        let num = |s: &Option<Setting<i64>>, key, (min, max): (i64, i64)| {
+            s.as_ref()
+                .map(|s| ranged(&s.origin, key, s.value, min, max))
+                .transpose()
+        };
+        let flag = |s: &Option<Setting<bool>>| s.as_ref().map(|s| s.value);
+        if let Some(n) = num(&s.ibs_period, "ibs.period", IBS_PERIOD)? {
+            self.ibs.period = n as u64;
+        }
+        if let Some(n) = num(&s.ibs_ldlat, "ibs.ldlat", IBS_LDLAT)? {
+            self.ibs.ldlat = Some(n as u32);
+        }
+        if let Some(v) = flag(&s.ibs_count_ops) {
+            self.ibs.count_ops = v;
+        }
+        if let Some(v) = flag(&s.ibs_l3miss_only) {
+            self.ibs.l3miss_only = Some(v);
+        }
+        if let Some(v) = flag(&s.ibs_user_only) {
+            self.ibs.user_only = v;
+        }
+        if let Some(n) = num(&s.pebs_period, "pebs.period", PEBS_PERIOD)? {
+            self.pebs.period = n as u64;
+        }
+        if let Some(n) = num(&s.pebs_ldlat, "pebs.ldlat", PEBS_LDLAT)? {
+            self.pebs.ldlat = n as u32;
+        }
+        if let Some(v) = flag(&s.pebs_stores) {
+            self.pebs.stores = v;
+        }
+        Ok(())
+    }
+
     /// Every key with its current value, as `config get` shows it (file names and units).
     pub fn values(&self) -> Vec<(&'static str, serde_json::Value)> {
         use serde_json::json;
@@ -687,6 +802,14 @@ impl Config {
             ("sysfs_root", json!(self.sysfs_root.display().to_string())),
             ("perf.ring_pages", json!(self.perf.ring_pages)),
             ("pagefault.period", json!(self.pagefault.period)),
+            ("ibs.period", json!(self.ibs.period)),
+            ("ibs.count_ops", json!(self.ibs.count_ops)),
+            ("ibs.l3miss_only", json!(self.ibs.l3miss_only)),
+            ("ibs.ldlat", json!(self.ibs.ldlat)),
+            ("ibs.user_only", json!(self.ibs.user_only)),
+            ("pebs.period", json!(self.pebs.period)),
+            ("pebs.ldlat", json!(self.pebs.ldlat)),
+            ("pebs.stores", json!(self.pebs.stores)),
             ("softdirty_interval_ms", json!(self.softdirty.interval_ms)),
             (
                 "softdirty_scan_budget_pages",
@@ -749,6 +872,14 @@ struct Settings {
     sysfs_root: Option<Setting<PathBuf>>,
     perf_ring_pages: Option<Setting<i64>>,
     pagefault_period: Option<Setting<i64>>,
+    ibs_period: Option<Setting<i64>>,
+    ibs_count_ops: Option<Setting<bool>>,
+    ibs_l3miss_only: Option<Setting<bool>>,
+    ibs_ldlat: Option<Setting<i64>>,
+    ibs_user_only: Option<Setting<bool>>,
+    pebs_period: Option<Setting<i64>>,
+    pebs_ldlat: Option<Setting<i64>>,
+    pebs_stores: Option<Setting<bool>>,
     softdirty_interval_ms: Option<Setting<i64>>,
     softdirty_scan_budget_pages: Option<Setting<i64>>,
     damon_sample_us: Option<Setting<i64>>,

@@ -6,8 +6,10 @@
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+mod auto;
 pub mod damon;
 pub mod datasrc;
+pub mod hwplan;
 pub mod hwsample;
 pub mod ibs;
 pub mod pagefault;
@@ -62,6 +64,8 @@ impl DataSource {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SourceKind {
     Trace,
+    Ibs,
+    Pebs,
     PageFault,
     Damon,
     SoftDirty,
@@ -70,6 +74,8 @@ pub enum SourceKind {
 impl SourceKind {
     pub const ALL: &'static [SourceKind] = &[
         SourceKind::Trace,
+        SourceKind::Ibs,
+        SourceKind::Pebs,
         SourceKind::PageFault,
         SourceKind::Damon,
         SourceKind::SoftDirty,
@@ -78,6 +84,8 @@ impl SourceKind {
     pub const fn name(self) -> &'static str {
         match self {
             SourceKind::Trace => "trace",
+            SourceKind::Ibs => "ibs",
+            SourceKind::Pebs => "pebs",
             SourceKind::PageFault => "pagefault",
             SourceKind::Damon => "damon",
             SourceKind::SoftDirty => "softdirty",
@@ -156,6 +164,15 @@ pub enum SourceError {
     UnknownSpec(String),
     #[error(transparent)]
     Perf(#[from] perf::PerfError),
+    // Boxed: these carry paths and names, and would make every Result of a source large.
+    #[error(transparent)]
+    Pmu(Box<pmu::PmuError>),
+    #[error("ibs: {0}")]
+    IbsConfig(Box<ibs::IbsConfigError>),
+    #[error(transparent)]
+    Pebs(Box<pebs::PebsError>),
+    #[error("no sample source is usable here:\n  {0}")]
+    NoneUsable(String),
     #[error(
         "{name} needs explicit pids (--pid or pids in the config): it watches processes, not the whole system"
     )]
@@ -178,8 +195,41 @@ pub enum SourceError {
     Damon(String),
 }
 
+impl From<pmu::PmuError> for SourceError {
+    fn from(e: pmu::PmuError) -> Self {
+        SourceError::Pmu(Box::new(e))
+    }
+}
+
+impl From<ibs::IbsConfigError> for SourceError {
+    fn from(e: ibs::IbsConfigError) -> Self {
+        SourceError::IbsConfig(Box::new(e))
+    }
+}
+
+impl From<pebs::PebsError> for SourceError {
+    fn from(e: pebs::PebsError) -> Self {
+        SourceError::Pebs(Box::new(e))
+    }
+}
+
+impl SourceError {
+    /// The machine or kernel lacks what the source needs (a PMU, a kernel option): no setting
+    /// will fix it here, unlike a bad path or value.
+    pub fn is_unsupported(&self) -> bool {
+        match self {
+            SourceError::Unsupported { .. } | SourceError::NoneUsable(_) => true,
+            SourceError::Pmu(e) => matches!(**e, pmu::PmuError::Missing { .. }),
+            SourceError::Pebs(e) => {
+                matches!(**e, pebs::PebsError::Pmu(pmu::PmuError::Missing { .. }))
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Every `--source` spelling, for help and errors.
-pub const KNOWN_SPECS: &str = "pagefault, damon, softdirty, trace:PATH";
+pub const KNOWN_SPECS: &str = "auto, ibs, pebs, pagefault, damon, softdirty, trace:PATH";
 
 /// A sample producer. `run` blocks until the input ends or `stop` is raised.
 pub trait Source: Send {
@@ -199,6 +249,8 @@ pub struct OpenContext {
     pub sysfs_root: std::path::PathBuf,
     pub perf: perf::PerfSettings,
     pub pagefault: pagefault::PageFaultTunables,
+    pub ibs: ibs::IbsTunables,
+    pub pebs: pebs::PebsTunables,
     /// Where state that must outlive a crash goes (DAMON's kdamond claim): `/run/pghotd`.
     pub run_dir: std::path::PathBuf,
     pub damon: damon::DamonConfig,
@@ -210,6 +262,12 @@ pub struct OpenContext {
 pub enum SourceSpec {
     /// `trace:PATH`; `-` is stdin.
     Trace(String),
+    /// The best source this machine has (the default).
+    Auto,
+    /// AMD IBS op samples on every CPU.
+    Ibs,
+    /// Intel PEBS mem-loads/mem-stores samples on every CPU.
+    Pebs,
     /// The `page-faults` software event on every CPU.
     PageFault,
     /// `damon`: DAMON region snapshots of the managed pids.
@@ -222,6 +280,9 @@ impl SourceSpec {
     pub fn parse(spec: &str) -> Result<Self, SourceError> {
         match spec.split_once(':') {
             Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
+            None if spec == "auto" => Ok(SourceSpec::Auto),
+            None if spec == "ibs" => Ok(SourceSpec::Ibs),
+            None if spec == "pebs" => Ok(SourceSpec::Pebs),
             None if spec == "pagefault" => Ok(SourceSpec::PageFault),
             None if spec == "damon" => Ok(SourceSpec::Damon),
             None if spec == "softdirty" => Ok(SourceSpec::SoftDirty),
@@ -233,6 +294,21 @@ impl SourceSpec {
     pub fn open(&self, ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
         match self {
             SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
+            SourceSpec::Auto => auto::open(ctx),
+            SourceSpec::Ibs => {
+                let root = SysfsRoot::new(&ctx.sysfs_root);
+                let (plan, describe) = hwplan::ibs_plan(&root, &ctx.ibs)?;
+                Ok(Box::new(perf::PerfSource::open(
+                    plan, ctx.perf, root, describe,
+                )?))
+            }
+            SourceSpec::Pebs => {
+                let root = SysfsRoot::new(&ctx.sysfs_root);
+                let (plan, describe) = hwplan::pebs_plan(&root, &ctx.pebs)?;
+                Ok(Box::new(perf::PerfSource::open(
+                    plan, ctx.perf, root, describe,
+                )?))
+            }
             SourceSpec::PageFault => Ok(Box::new(perf::PerfSource::open(
                 pagefault::plan(&ctx.pagefault),
                 ctx.perf,
@@ -249,6 +325,9 @@ impl std::fmt::Display for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+            SourceSpec::Auto => f.write_str("auto"),
+            SourceSpec::Ibs => f.write_str("ibs"),
+            SourceSpec::Pebs => f.write_str("pebs"),
             SourceSpec::PageFault => f.write_str("pagefault"),
             SourceSpec::Damon => f.write_str("damon"),
             SourceSpec::SoftDirty => f.write_str("softdirty"),

@@ -10,7 +10,7 @@
 use perf_event_open_sys::bindings;
 
 use super::perf::record::{SampleFormat, SampleRecord};
-use super::perf::{EventSpec, PerfPlan, SampleDecoder};
+use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
 use super::{Sample, SourceKind};
 use crate::stats::Counter;
 
@@ -36,17 +36,21 @@ pub fn plan(t: &PageFaultTunables) -> PerfPlan {
         | bindings::PERF_SAMPLE_CPU;
     PerfPlan {
         kind: SourceKind::PageFault,
-        events: vec![EventSpec {
-            name: "page-faults".into(),
-            pmu_type: bindings::PERF_TYPE_SOFTWARE,
-            config: u64::from(bindings::PERF_COUNT_SW_PAGE_FAULTS),
-            config1: 0,
-            config2: 0,
-            period: t.period,
-            precise_ip: 0,
-            exclude_kernel: true,
+        classes: vec![EventClass {
+            cpus: None,
+            events: vec![EventSpec {
+                name: "page-faults".into(),
+                pmu_type: bindings::PERF_TYPE_SOFTWARE,
+                config: u64::from(bindings::PERF_COUNT_SW_PAGE_FAULTS),
+                config1: 0,
+                config2: 0,
+                period: t.period,
+                precise_ip: 0,
+                exclude_kernel: true,
+                sampling: true,
+                group: Group::Alone,
+            }],
         }],
-        grouped: false,
         format: SampleFormat::new(u64::from(format))
             .unwrap_or_else(|e| unreachable!("a fixed, supported format: {e}")),
         decoder: Box::new(PageFaultDecoder),

@@ -55,6 +55,26 @@ pub struct EventSpec {
     /// Ask the kernel to drop kernel-mode samples; IBS before Linux 6.14 refuses this (the
     /// decoder then drops them itself).
     pub exclude_kernel: bool,
+    /// Opened with `period`; a non-sampling event (PEBS's mem-loads-aux) only leads a group.
+    pub sampling: bool,
+    pub group: Group,
+}
+
+/// How an event joins the others of its CPU. All of them write into one ring either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    Alone,
+    Leader,
+    /// Joins the nearest preceding `Leader`.
+    Member,
+}
+
+/// The events to open on a set of CPUs (hybrid parts have one class per core type).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventClass {
+    /// `None`: every CPU.
+    pub cpus: Option<Vec<u32>>,
+    pub events: Vec<EventSpec>,
 }
 
 /// Turns one sample record into a [`Sample`], or names the counter of why it was dropped.
@@ -69,12 +89,19 @@ pub trait SampleDecoder: Send + Sync {
 /// What a perf source opens and how it reads what comes back.
 pub struct PerfPlan {
     pub kind: SourceKind,
-    pub events: Vec<EventSpec>,
-    /// Open `events[1..]` in a group led by `events[0]` (PEBS mem-loads-aux); otherwise they
-    /// are independent and only share the ring.
-    pub grouped: bool,
+    pub classes: Vec<EventClass>,
     pub format: SampleFormat,
     pub decoder: Box<dyn SampleDecoder>,
+}
+
+impl PerfPlan {
+    /// The events to open on `cpu`; `None` when no class covers it (an E-core without PEBS).
+    pub fn events_for(&self, cpu: u32) -> Option<&[EventSpec]> {
+        self.classes
+            .iter()
+            .find(|c| c.cpus.as_ref().is_none_or(|cpus| cpus.contains(&cpu)))
+            .map(|c| c.events.as_slice())
+    }
 }
 
 /// Settings of the per-CPU machinery, whatever the source.
@@ -125,9 +152,16 @@ impl PerfSource {
         sysfs: SysfsRoot,
         describe: String,
     ) -> Result<PerfSource, PerfError> {
-        let cpus = online_cpus(&sysfs)?;
-        open::ensure_fd_budget((cpus.len() * plan.events.len()) as u64)
-            .map_err(PerfError::FdBudget)?;
+        let cpus: Vec<u32> = online_cpus(&sysfs)?
+            .into_iter()
+            .filter(|&c| plan.events_for(c).is_some())
+            .collect();
+        let fds: usize = cpus
+            .iter()
+            .filter_map(|&c| plan.events_for(c))
+            .map(<[EventSpec]>::len)
+            .sum();
+        open::ensure_fd_budget(fds as u64).map_err(PerfError::FdBudget)?;
         let mut opened = Vec::new();
         let mut errors = Vec::new();
         for &cpu in &cpus {
@@ -224,7 +258,7 @@ impl Source for PerfSource {
                     let new: Vec<u32> = online
                         .iter()
                         .copied()
-                        .filter(|c| !running.contains_key(c))
+                        .filter(|c| !running.contains_key(c) && plan.events_for(*c).is_some())
                         .collect();
                     for cpu in new {
                         match open::open_cpu(plan, cpu, settings.ring_pages) {
@@ -596,8 +630,7 @@ mod tests {
         .unwrap();
         let plan = PerfPlan {
             kind: SourceKind::PageFault,
-            events: Vec::new(),
-            grouped: false,
+            classes: Vec::new(),
             format,
             decoder: Box::new(OddDropper),
         };

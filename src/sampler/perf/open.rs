@@ -9,7 +9,7 @@ use perf_event::events::Event;
 use perf_event_open_sys::bindings::perf_event_attr;
 
 use super::ring::{Ring, RingError};
-use super::{EventSpec, PerfPlan};
+use super::{EventSpec, Group, PerfPlan};
 
 /// Why one CPU's sampler could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,8 @@ pub enum OpenError {
     },
     #[error("cpu {cpu}: {source}")]
     Ring { cpu: u32, source: RingError },
+    #[error("cpu {cpu}: no event of this source covers it")]
+    NotCovered { cpu: u32 },
     #[error("cpu {cpu}: {what} {event}: {source}")]
     Ioctl {
         cpu: u32,
@@ -73,14 +75,17 @@ impl Event for RawPmuEvent<'_> {
 
 /// Opens every event of `plan` on `cpu`, maps the ring and enables sampling.
 pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvents, OpenError> {
+    let specs = plan.events_for(cpu).ok_or(OpenError::NotCovered { cpu })?;
     let wakeup = (ring_pages * super::ring::page_size() / 4).max(4096);
-    let mut counters: Vec<perf_event::Counter> = Vec::with_capacity(plan.events.len());
-    for spec in &plan.events {
+    let mut counters: Vec<perf_event::Counter> = Vec::with_capacity(specs.len());
+    let mut leader: Option<usize> = None;
+    for spec in specs {
         let mut b = Builder::new(RawPmuEvent(spec));
-        b.any_pid()
-            .one_cpu(cpu as usize)
-            .sample_period(spec.period)
-            .exclude_kernel(spec.exclude_kernel)
+        b.any_pid().one_cpu(cpu as usize);
+        if spec.sampling {
+            b.sample_period(spec.period);
+        }
+        b.exclude_kernel(spec.exclude_kernel)
             .exclude_hv(spec.exclude_kernel)
             .sample_id_all(true)
             .wakeup_watermark(wakeup)
@@ -89,10 +94,13 @@ pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvent
         attrs.sample_type = plan.format.bits();
         attrs.read_format = 0;
         attrs.set_precise_ip(u64::from(spec.precise_ip));
-        let built = match (plan.grouped, counters.first_mut()) {
-            (true, Some(leader)) => b.build_with_group(leader),
+        let built = match (spec.group, leader) {
+            (Group::Member, Some(at)) => b.build_with_group(&mut counters[at]),
             _ => b.build(),
         };
+        if spec.group == Group::Leader {
+            leader = Some(counters.len());
+        }
         let counter = built.map_err(|source| OpenError::Event {
             cpu,
             event: spec.name.clone(),
@@ -104,7 +112,7 @@ pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvent
     let ring =
         Ring::map(&counters[0], ring_pages).map_err(|source| OpenError::Ring { cpu, source })?;
     let leader_fd = counters[0].as_raw_fd();
-    for (spec, counter) in plan.events.iter().zip(&counters).skip(1) {
+    for (spec, counter) in specs.iter().zip(&counters).skip(1) {
         // SAFETY: both fds are open perf events on the same CPU owned by `counters`; SET_OUTPUT
         // only redirects this event's records into the leader's ring.
         let rc = unsafe { perf_event_open_sys::ioctls::SET_OUTPUT(counter.as_raw_fd(), leader_fd) };
@@ -118,7 +126,7 @@ pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvent
         }
     }
     let ids = counters.iter().map(|c| c.id()).collect();
-    for (spec, counter) in plan.events.iter().zip(counters.iter_mut()) {
+    for (spec, counter) in specs.iter().zip(counters.iter_mut()) {
         counter.enable().map_err(|source| OpenError::Ioctl {
             cpu,
             what: "enabling",
