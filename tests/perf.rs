@@ -172,3 +172,33 @@ fn auto_falls_back_to_page_faults_and_says_why() {
         assert!(log.contains(why), "no reason for {why}\n{log}");
     }
 }
+
+#[test]
+fn an_unprivileged_user_is_told_per_cpu_why_and_what_to_do() {
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap();
+    if paranoid.trim().parse::<i32>().unwrap() <= 0 {
+        eprintln!("skipped: perf_event_paranoid <= 0 lets anyone sample system-wide");
+        return;
+    }
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_pghotd"))
+        .args(["--source", "pagefault", "--dry-run", "--duration", "1"])
+        .arg("--socket")
+        .arg(std::env::temp_dir().join(format!("pghotd-nobody-{}.sock", std::process::id())));
+    let out = util::run_code(&mut cmd, 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("neither CAP_PERFMON nor CAP_SYS_ADMIN"),
+        "{err}"
+    );
+    assert!(err.contains("pagefault could not open on any CPU"), "{err}");
+    assert!(
+        err.contains("cpu 0: opening page-faults: Permission denied (os error 13)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kernel.perf_event_paranoid <= 0 (it is"),
+        "{err}"
+    );
+}

@@ -162,6 +162,9 @@ impl PerfSource {
             .map(<[EventSpec]>::len)
             .sum();
         open::ensure_fd_budget(fds as u64).map_err(PerfError::FdBudget)?;
+        if let Some(warning) = open::privilege_warning() {
+            tracing::warn!("{}: {warning}", plan.kind.name());
+        }
         let mut opened = Vec::new();
         let mut errors = Vec::new();
         for &cpu in &cpus {

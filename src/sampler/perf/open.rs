@@ -172,6 +172,34 @@ pub fn hint(errno: Option<i32>, cpu: u32) -> String {
     }
 }
 
+/// CAP_SYS_ADMIN and CAP_PERFMON in `capabilities(7)` numbering.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+
+/// Says up front when system-wide sampling will be refused: `perf_event_paranoid` above 0 and
+/// neither CAP_PERFMON nor CAP_SYS_ADMIN in the effective set (perf_event_open(2)). The opens
+/// still run, so a kernel that decides otherwise wins; their errors repeat the reason.
+pub fn privilege_warning() -> Option<String> {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    let has = |cap: u32| cap_eff >> cap & 1 == 1;
+    (paranoid > 0 && !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN)).then(|| {
+        format!(
+            "kernel.perf_event_paranoid is {paranoid} and this process has neither CAP_PERFMON \
+             nor CAP_SYS_ADMIN: system-wide sampling will be refused (EACCES); run as root, \
+             grant CAP_PERFMON, or set kernel.perf_event_paranoid to 0"
+        )
+    })
+}
+
 /// Makes sure the process may hold `needed` more fds, raising the soft RLIMIT_NOFILE up to the
 /// hard limit when that is enough. perf needs one fd per event per CPU.
 pub fn ensure_fd_budget(needed: u64) -> Result<(), String> {
