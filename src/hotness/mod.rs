@@ -19,6 +19,7 @@
 
 pub mod entry;
 pub mod ingest;
+mod prefetch;
 pub mod resolve;
 mod shard;
 
@@ -72,6 +73,9 @@ pub struct Access {
 
 pub struct HotTable {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
+    /// Each shard's slot array (address, slot count), fixed at creation: where `prefetch`
+    /// finds a key's home slot without taking the shard's lock.
+    slot_arrays: Box<[(usize, usize)]>,
     shard_mask: u64,
     max_tracked_pages: usize,
     freq_threshold: AtomicU32,
@@ -91,11 +95,13 @@ impl HotTable {
         // a useful number of pages (eviction works per shard).
         let shard_count = (max_tracked_pages / 1024).clamp(1, 256).next_power_of_two();
         let per_shard = max_tracked_pages.div_ceil(shard_count);
-        let shards = (0..shard_count)
+        let shards: Box<[CachePadded<Mutex<Shard>>]> = (0..shard_count)
             .map(|_| CachePadded::new(Mutex::new(Shard::new(per_shard))))
             .collect();
+        let slot_arrays = shards.iter().map(|s| s.lock().slot_array()).collect();
         let table = HotTable {
             shards,
+            slot_arrays,
             shard_mask: shard_count as u64 - 1,
             max_tracked_pages,
             freq_threshold: AtomicU32::new(0),
@@ -139,6 +145,16 @@ impl HotTable {
     fn shard_of(&self, key: PageKey) -> (&Mutex<Shard>, u64) {
         let hash = mix(key.raw());
         (&self.shards[(hash & self.shard_mask) as usize], hash)
+    }
+
+    /// Starts loading the cache line of `key`'s home slot, for a `record` of it a few samples
+    /// later (see `prefetch.rs`). Takes no lock: the slot arrays never move.
+    #[inline]
+    pub fn prefetch(&self, key: PageKey) {
+        let hash = mix(key.raw());
+        let (base, slots) = self.slot_arrays[(hash & self.shard_mask) as usize];
+        let home = ((u128::from(hash) * slots as u128) >> 64) as usize;
+        prefetch::prefetch_line(base + home * std::mem::size_of::<Entry>());
     }
 
     /// Locks the key's shard and advances the shard's clock to `now_ms`.

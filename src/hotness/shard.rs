@@ -53,6 +53,12 @@ impl Shard {
         self.slots.len()
     }
 
+    /// The slot array's address and length; neither changes after creation.
+    pub(crate) fn slot_array(&self) -> (usize, usize) {
+        (self.slots.as_ptr() as usize, self.slots.len())
+    }
+
+    /// A key's first probe. `HotTable::prefetch` repeats this computation without the lock.
     #[inline]
     fn home(&self, hash: u64) -> usize {
         // Multiply-shift range reduction: no power-of-two size needed.

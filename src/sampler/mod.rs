@@ -116,6 +116,13 @@ pub struct Sample {
 /// Where a source delivers samples. One sink per source thread, so `&mut self` is free of locks.
 pub trait SampleSink {
     fn record(&mut self, sample: &Sample);
+    /// Records several samples in order. Sources that read in batches (the perf rings) call
+    /// this, so that the sink can overlap the memory latency of consecutive samples.
+    fn record_batch(&mut self, samples: &[Sample]) {
+        for s in samples {
+            self.record(s);
+        }
+    }
     /// Adds to a counter the source owns (lost records, malformed trace lines).
     fn count(&mut self, counter: Counter, n: u64);
     /// The source finished a pass (a scan, a snapshot): settle anything held back for a batch

@@ -350,7 +350,13 @@ pub struct CpuReader<'a> {
     cpu: u32,
     bad_records: u64,
     throttles: u64,
+    /// Decoded samples handed to the sink together (`SampleSink::record_batch`), so that it
+    /// can prefetch the table slots of the next ones while it records one.
+    batch: Vec<Sample>,
 }
+
+/// Samples per `record_batch` call.
+const BATCH: usize = 32;
 
 impl<'a> CpuReader<'a> {
     pub fn new(plan: &'a PerfPlan, cpu: u32) -> Self {
@@ -359,6 +365,14 @@ impl<'a> CpuReader<'a> {
             cpu,
             bad_records: 0,
             throttles: 0,
+            batch: Vec::with_capacity(BATCH),
+        }
+    }
+
+    fn hand_over(&mut self, sink: &mut dyn SampleSink) {
+        if !self.batch.is_empty() {
+            sink.record_batch(&self.batch);
+            self.batch.clear();
         }
     }
 
@@ -372,13 +386,18 @@ impl<'a> CpuReader<'a> {
             sink.count(Counter::PerfBadRecords, 1);
             tracing::warn!("cpu {}: {e}", self.cpu);
         }
+        self.hand_over(sink);
+        sink.end_batch();
     }
 
     /// Drains an in-memory ring holding one event's records (benches and tests).
     pub fn drain_ring(&mut self, ring: &mut ring::Ring, sink: &mut dyn SampleSink) -> usize {
         let slot_of = |_| Some(0);
-        ring.drain(|bytes| self.handle(bytes, &slot_of, sink))
-            .unwrap_or_default()
+        let read = ring
+            .drain(|bytes| self.handle(bytes, &slot_of, sink))
+            .unwrap_or_default();
+        self.hand_over(sink);
+        read
     }
 
     #[inline]
@@ -407,7 +426,12 @@ impl<'a> CpuReader<'a> {
                     source: self.plan.kind,
                 };
                 match self.plan.decoder.decode(&rec, slot, &mut sample) {
-                    Ok(()) => sink.record(&sample),
+                    Ok(()) => {
+                        self.batch.push(sample);
+                        if self.batch.len() == BATCH {
+                            self.hand_over(sink);
+                        }
+                    }
                     Err(reason) => sink.count(reason, 1),
                 }
             }
