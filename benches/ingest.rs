@@ -9,6 +9,8 @@
 //!   eviction runs all the time.
 //! - `recorder lower`: the full per-sample path (`Recorder`: filters, node classification,
 //!   table, candidate queue) over 1 Mi pages, every sample on node 2 (the lower tier).
+//! - `recorder lower batch`: the same handed over 32 samples at a time (`record_batch`, as the
+//!   perf sources do), which prefetches the table slot of the sample 4 ahead.
 //! - `recorder mixed`: the same with half the samples on node 0 (top tier: `HotTable::touch`).
 //! - `diag ...`: reference rows that explain the others: the 1 Mi pages in a table with room
 //!   to spare (no eviction), the recorder path with no candidates (`freq_threshold` = max), one
@@ -68,10 +70,12 @@ const TOPOLOGY: &str = concat!(
 enum Kind {
     /// `HotTable::record` on a table of `tracked` pages.
     Table { tracked: usize },
-    /// The `Recorder` path; `top_percent` of the samples on node 0.
+    /// The `Recorder` path; `top_percent` of the samples on node 0; `batched`: 32 samples per
+    /// `record_batch` call (as the perf sources hand them over: table slots prefetched ahead).
     Recorder {
         top_percent: u64,
         freq_threshold: u16,
+        batched: bool,
     },
     /// One atomic add per sample on a random word of an array as large as a 1 Mi table:
     /// independent misses, which the CPU overlaps.
@@ -87,7 +91,7 @@ struct Spec {
     kind: Kind,
 }
 
-const SPECS: [Spec; 8] = [
+const SPECS: [Spec; 9] = [
     Spec {
         name: "table 1Mi",
         pages: MI,
@@ -104,6 +108,16 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: 2,
+            batched: false,
+        },
+    },
+    Spec {
+        name: "recorder lower batch",
+        pages: MI,
+        kind: Kind::Recorder {
+            top_percent: 0,
+            freq_threshold: 2,
+            batched: true,
         },
     },
     Spec {
@@ -112,6 +126,7 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 50,
             freq_threshold: 2,
+            batched: false,
         },
     },
     Spec {
@@ -127,6 +142,7 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: u16::MAX,
+            batched: false,
         },
     },
     Spec {
@@ -377,6 +393,7 @@ fn recorder_row(
     spec: &Spec,
     top_percent: u64,
     freq_threshold: u16,
+    batched: bool,
     threads: usize,
     samples: usize,
 ) -> Row {
@@ -443,8 +460,14 @@ fn recorder_row(
         let evicted = table.evicted();
         let wall = timed(threads, |t| {
             let mut recorder = ingest.recorder();
-            for s in &buffers[t] {
-                recorder.record(black_box(s));
+            if batched {
+                for chunk in buffers[t].chunks(32) {
+                    recorder.record_batch(black_box(chunk));
+                }
+            } else {
+                for s in &buffers[t] {
+                    recorder.record(black_box(s));
+                }
             }
         });
         if run > 0 {
@@ -561,7 +584,8 @@ fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
         Kind::Recorder {
             top_percent,
             freq_threshold,
-        } => recorder_row(spec, top_percent, freq_threshold, threads, samples),
+            batched,
+        } => recorder_row(spec, top_percent, freq_threshold, batched, threads, samples),
         Kind::Floor => floor_row(spec, threads, samples),
         Kind::Latency => latency_row(spec, threads, samples),
     }
