@@ -11,6 +11,7 @@
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod generate;
 pub mod hotness;
 pub mod migrator;
 pub mod pidstats;
