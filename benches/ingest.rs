@@ -29,7 +29,6 @@
 //! per thread per run (default 20 M); `cargo bench --bench ingest -- recorder` runs only the
 //! rows whose name contains `recorder`.
 
-use std::collections::HashSet;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -426,10 +425,7 @@ fn recorder_row(
             }
         })
     };
-    let scope = Scope {
-        pids: HashSet::new(),
-        self_pid: std::process::id(),
-    };
+    let scope = Arc::new(Scope::everything(std::process::id()));
     let ingest = Arc::new(Ingest::new(
         Arc::clone(&table),
         Arc::clone(&stats),

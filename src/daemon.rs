@@ -22,12 +22,14 @@ use crate::control::metrics::MetricsServer;
 use crate::control::server::ControlServer;
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
 use crate::hotness::HotTable;
-use crate::hotness::ingest::{Ingest, Scope};
+use crate::hotness::ingest::Ingest;
 use crate::migrator::mover::SysMover;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::migrator::{Migrator, MigratorEvent, MigratorHandle, candidate_queue};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{Source, SourceError, StopToken};
+use crate::scope::guard::GuardedMover;
+use crate::scope::{ProcFs, ScopeError, ScopeTracker};
 use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::topology::{SysfsRoot, Topology, TopologyError};
 
@@ -60,6 +62,8 @@ pub enum DaemonError {
     Signals(std::io::Error),
     #[error(transparent)]
     Control(#[from] ControlError),
+    #[error(transparent)]
+    Scope(#[from] ScopeError),
     #[error("{failed} source(s) failed; see the log")]
     SourcesFailed { failed: usize },
 }
@@ -143,15 +147,31 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         queues.push((node, tx));
         receivers.push((node, rx));
     }
-    let scope = Scope {
-        pids: config.pids.iter().copied().collect(),
-        self_pid: std::process::id(),
-    };
+    // The first refresh runs now, so the first samples and moves see the scope.
+    let selector = config.scope_selector().map_err(|e| {
+        DaemonError::Config(ConfigError::Invalid {
+            origin: crate::config::Origin::Flag("comm"),
+            key: "comm",
+            detail: e.to_string(),
+        })
+    })?;
+    let mut tracker = ScopeTracker::new(selector, ProcFs::default())?;
+    let first = tracker.refresh()?;
+    let scope_text = tracker.selector().describe();
+    tracing::info!(
+        "scope: {scope_text}{}",
+        if tracker.selector().is_everything() {
+            String::new()
+        } else {
+            format!(" ({} process(es) now)", first.members.len())
+        }
+    );
+    let scope = Arc::clone(tracker.scope());
     let mut ingest = Ingest::new(
         Arc::clone(&table),
         Arc::clone(&stats),
         Arc::clone(&topology),
-        scope,
+        Arc::clone(&scope),
         config.target_nid,
         queues,
     );
@@ -209,7 +229,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         let migrator = Migrator::new(
             node,
             config.migrator,
-            SysMover,
+            GuardedMover::new(SysMover, Arc::clone(&scope), Arc::clone(&stats)),
             clock.clone(),
             Arc::clone(&table),
             Arc::clone(&topology),
@@ -297,8 +317,33 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         }
     );
 
+    let scope_stop = StopToken::new();
+    let scope_thread = tracker.spawn(
+        Duration::from_millis(u64::from(config.scope_refresh_ms)),
+        scope_stop.clone(),
+    )?;
+    let notify_thread = crate::service::ready(
+        crate::service::StatusLine {
+            sources: threads.len(),
+            migrators: migrators.len(),
+            scope: scope_text,
+            dry_run: config.migrator.dry_run,
+        },
+        Arc::clone(&stats),
+        scope_stop.clone(),
+    )
+    .map_err(|source| DaemonError::Spawn {
+        name: "pghot-notify".into(),
+        source,
+    })?;
+
     let deadline = opts.duration.map(|d| started + d);
     let (reason, mut failed, running) = wait_for_end(&events_rx, &threads, deadline);
+    crate::service::stopping(match reason {
+        StopReason::SourcesEnded => "every source ended",
+        StopReason::Signal => "signal",
+        StopReason::Duration => "duration reached",
+    });
 
     // Shut down: sources first (no new candidates), then the migrators.
     stop.stop();
@@ -318,6 +363,17 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         }
     }
     wait_for_migrators(migrators, &events_rx, drain);
+    scope_stop.stop();
+    for (name, t) in [
+        ("pghot-scope", Some(scope_thread)),
+        ("pghot-notify", notify_thread),
+    ] {
+        if let Some(t) = t
+            && t.join().is_err()
+        {
+            tracing::error!("thread {name} panicked");
+        }
+    }
     signals_handle.close();
     if let Some(c) = control {
         c.shutdown();

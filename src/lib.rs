@@ -4,16 +4,20 @@
 //! [`hotness`] table turns them into [`hotness::ingest::Candidate`]s; one [`migrator`] per
 //! lower-tier node promotes them with move_pages(2). [`topology`] says which nodes are slow and
 //! where pages should go; [`config`] holds the tunables; [`stats`] counts everything under the
-//! pghot kernel's counter names; [`daemon`] wires it together; [`control`] is the operator's socket and metrics, [`view`] the
+//! pghot kernel's counter names; [`daemon`] wires it together; [`control`] is the operator's socket and metrics, [`scope`] which processes may be
+//! touched, [`view`] the
 //! `pghotctl top` terminal view.
 
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod generate;
 pub mod hotness;
 pub mod migrator;
 pub mod pidstats;
 pub mod sampler;
+pub mod scope;
+pub mod service;
 pub mod stats;
 pub mod topology;
 pub mod view;

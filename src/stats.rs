@@ -170,6 +170,13 @@ counters! {
     SoftdirtyScanNs => "softdirty_scan_ns",
     /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`.
     SoftdirtyBudgetStretches => "softdirty_budget_stretches",
+    /// Moves refused before move_pages: the pid is not in scope (now).
+    ScopeRefusedOutOfScope => "scope_refused_out_of_scope",
+    /// Moves refused before move_pages: the pid's number belongs to another process now.
+    ScopeRefusedPidReused => "scope_refused_pid_reused",
+    /// Moves refused before move_pages: the scope tracker has not seen that process alive
+    /// (a kernel thread, or a process younger than one refresh).
+    ScopeRefusedUnverified => "scope_refused_unverified",
 }
 
 impl Counter {

@@ -18,7 +18,7 @@ use pghotd::topology::NodeId;
 
 /// Watches and steers a running pghotd.
 #[derive(Debug, Parser)]
-#[command(name = "pghotctl", version, about)]
+#[command(name = "pghotctl", version)]
 struct Cli {
     /// The daemon's control socket.
     #[arg(long, global = true, value_name = "PATH", default_value = pghotd::config::DEFAULT_CONTROL_SOCKET)]
@@ -85,6 +85,9 @@ enum Command {
         #[arg(long, value_name = "SECS")]
         duration: Option<f64>,
     },
+    /// Print the man page or a shell completion script (used to build packages).
+    #[command(hide = true)]
+    Generate { kind: pghotd::generate::Generated },
 }
 
 #[derive(Debug, Subcommand)]
@@ -259,6 +262,11 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Record { output, duration } => record(cli, output, *duration),
+        Command::Generate { kind } => {
+            use clap::CommandFactory;
+            pghotd::generate::write(*kind, Cli::command(), "1", &mut std::io::stdout().lock())?;
+            Ok(())
+        }
     }
 }
 

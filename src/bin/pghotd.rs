@@ -33,6 +33,9 @@ struct Cli {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, value_name = "FILTER", default_value = "info")]
     log: String,
+    /// Print the man page or a shell completion script and exit (used to build packages).
+    #[arg(long, value_name = "KIND", hide = true)]
+    generate: Option<pghotd::generate::Generated>,
     #[command(flatten)]
     tunables: TunableArgs,
 }
@@ -55,6 +58,17 @@ fn exit_code(err: &DaemonError) -> u8 {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(kind) = cli.generate {
+        use clap::CommandFactory;
+        let mut out = std::io::stdout().lock();
+        return match pghotd::generate::write(kind, Cli::command(), "8", &mut out) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("pghotd: --generate: {e}");
+                ExitCode::from(EXIT_RUNTIME)
+            }
+        };
+    }
     let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
         Ok(f) => f,
         Err(e) => {

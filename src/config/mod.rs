@@ -10,6 +10,8 @@
 //! `/etc/pghotd/pghotd.toml` missing means built-in defaults. Either way the daemon logs what
 //! it loaded.
 
+mod scope;
+
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -111,6 +113,10 @@ pub struct RawConfig {
     pub damon_max_samples: Option<Spanned<i64>>,
     pub control_socket: Option<Spanned<String>>,
     pub metrics_listen: Option<Spanned<String>>,
+    pub cgroups: Option<Spanned<Vec<String>>>,
+    pub comm: Option<Spanned<String>>,
+    pub pid_namespace_of: Option<Spanned<i64>>,
+    pub scope_refresh_ms: Option<Spanned<i64>>,
 }
 
 /// `[perf]`: the per-CPU ring buffers of every perf source.
@@ -247,6 +253,19 @@ pub struct TunableArgs {
     /// Serve OpenMetrics on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
+    /// Manage the processes of this cgroup (v2 or v1 directory) and its descendants, followed
+    /// as they come and go; repeat for several; relative paths are under /sys/fs/cgroup.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<PathBuf>,
+    /// Manage only processes whose command name (/proc/PID/comm) matches this regex.
+    #[arg(long, value_name = "REGEX")]
+    pub comm: Option<String>,
+    /// Read --pid values inside the pid namespace of this process (e.g. a container's).
+    #[arg(long, value_name = "PID")]
+    pub pid_namespace_of: Option<i64>,
+    /// How often the managed set is re-read from /proc and the cgroups [default: 1000].
+    #[arg(long, value_name = "MS")]
+    pub scope_refresh_ms: Option<i64>,
 }
 
 /// Validated configuration.
@@ -270,6 +289,12 @@ pub struct Config {
     /// `None`: no control socket.
     pub control_socket: Option<PathBuf>,
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Cgroup directories whose processes are managed (see `scope`).
+    pub cgroups: Vec<PathBuf>,
+    /// Command-name regex, checked when loaded.
+    pub comm: Option<String>,
+    pub pid_namespace_of: Option<u32>,
+    pub scope_refresh_ms: u32,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
 }
@@ -293,6 +318,10 @@ impl Default for Config {
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             control_socket: Some(PathBuf::from(DEFAULT_CONTROL_SOCKET)),
             metrics_listen: None,
+            cgroups: Vec::new(),
+            comm: None,
+            pid_namespace_of: None,
+            scope_refresh_ms: 1000,
             loaded_from: None,
         }
     }
@@ -358,6 +387,7 @@ pub mod limits {
     /// DAMON itself needs at least 3 regions.
     pub const DAMON_REGIONS: (i64, i64) = (3, 1_000_000);
     pub const DAMON_MAX_SAMPLES: (i64, i64) = (1, 1 << 22);
+    pub const SCOPE_REFRESH_MS: (i64, i64) = (10, 600_000);
 }
 
 /// One setting with where it came from.
@@ -487,6 +517,10 @@ impl Config {
                 origin: s.origin,
             }),
             metrics_listen: setting(raw.metrics_listen, &at),
+            cgroups: setting(raw.cgroups, &at),
+            comm: setting(raw.comm, &at),
+            pid_namespace_of: setting(raw.pid_namespace_of, &at),
+            scope_refresh_ms: setting(raw.scope_refresh_ms, &at),
         })
     }
 
@@ -537,6 +571,19 @@ impl Config {
             damon_max_samples: flag(args.damon_max_samples, "damon-max-samples"),
             control_socket: flag(args.control_socket.clone(), "control-socket"),
             metrics_listen: flag(args.metrics_listen.clone(), "metrics-listen"),
+            cgroups: flag(
+                Some(
+                    args.cgroups
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect(),
+                )
+                .filter(|v: &Vec<String>| !v.is_empty()),
+                "cgroup",
+            ),
+            comm: flag(args.comm.clone(), "comm"),
+            pid_namespace_of: flag(args.pid_namespace_of, "pid-namespace-of"),
+            scope_refresh_ms: flag(args.scope_refresh_ms, "scope-refresh-ms"),
         })
     }
 
@@ -608,6 +655,7 @@ impl Config {
             self.pids = pids;
         }
         self.apply_sources(&s)?;
+        self.apply_scope(&s)?;
         if let Some(v) = &s.dry_run {
             self.migrator.dry_run = v.value;
         }
@@ -825,6 +873,18 @@ impl Config {
                 "metrics_listen",
                 json!(self.metrics_listen.map(|a| a.to_string())),
             ),
+            (
+                "cgroups",
+                json!(
+                    self.cgroups
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                ),
+            ),
+            ("comm", json!(self.comm)),
+            ("pid_namespace_of", json!(self.pid_namespace_of)),
+            ("scope_refresh_ms", json!(self.scope_refresh_ms)),
         ]
     }
 
@@ -889,13 +949,17 @@ struct Settings {
     damon_max_samples: Option<Setting<i64>>,
     control_socket: Option<Setting<PathBuf>>,
     metrics_listen: Option<Setting<String>>,
+    cgroups: Option<Setting<Vec<String>>>,
+    comm: Option<Setting<String>>,
+    pid_namespace_of: Option<Setting<i64>>,
+    scope_refresh_ms: Option<Setting<i64>>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn from_file(text: &str) -> Result<Config, ConfigError> {
+    pub(super) fn from_file(text: &str) -> Result<Config, ConfigError> {
         let mut c = Config::default();
         c.apply_file(Path::new("/etc/pghotd/pghotd.toml"), text)?;
         Ok(c)

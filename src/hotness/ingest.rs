@@ -6,7 +6,6 @@
 //! except the one hotness shard the page hashes to. Samples without a node are held back and
 //! resolved in batches (see `resolve`).
 
-use std::collections::HashSet;
 use std::io::BufWriter;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -22,6 +21,7 @@ use crate::migrator::mover::{Mover, SysMover};
 use crate::pidstats::{LocalPids, PidStats};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{DataSource, Sample, SampleSink, SinkFactory, SourceKind};
+pub use crate::scope::Scope;
 use crate::stats::{Counter, LocalCounts, Stats};
 use crate::topology::{NodeId, Topology};
 
@@ -45,22 +45,6 @@ pub struct Candidate {
     pub source: SourceKind,
 }
 
-/// Which processes pghotd may act on.
-#[derive(Debug, Clone, Default)]
-pub struct Scope {
-    /// Managed pids; empty means every process.
-    pub pids: HashSet<u32>,
-    /// pghotd's own pid, never managed.
-    pub self_pid: u32,
-}
-
-impl Scope {
-    #[inline]
-    fn contains(&self, pid: u32) -> bool {
-        pid != self.self_pid && (self.pids.is_empty() || self.pids.contains(&pid))
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NodeClass {
     Absent,
@@ -73,7 +57,7 @@ pub struct Ingest {
     table: Arc<HotTable>,
     stats: Arc<Stats>,
     topology: Arc<Topology>,
-    scope: Scope,
+    scope: Arc<Scope>,
     /// `target_nid`, or -1 for "nearest top-tier node to the accessing CPU".
     target_nid: AtomicI32,
     /// Tier of each node id, for an O(1) check per sample.
@@ -101,7 +85,7 @@ impl Ingest {
         table: Arc<HotTable>,
         stats: Arc<Stats>,
         topology: Arc<Topology>,
-        scope: Scope,
+        scope: Arc<Scope>,
         target_nid: Option<NodeId>,
         queues: Vec<(NodeId, CandidateSender)>,
     ) -> Ingest {
@@ -328,7 +312,7 @@ impl Recorder {
         } else {
             match PageKey::new(s.pid, s.vaddr) {
                 None => Counter::DropAddressRange,
-                Some(_) if !self.ingest.scope.contains(s.pid) => Counter::DropOutOfScope,
+                Some(_) if !self.ingest.scope.admits(s.pid) => Counter::DropOutOfScope,
                 Some(key) => return Some(key),
             }
         };
@@ -541,10 +525,11 @@ mod tests {
             Arc::new(HotTable::new(4096, policy)),
             Arc::clone(&stats),
             topology(),
-            Scope {
-                pids: scope_pids.iter().copied().collect(),
-                self_pid: 1,
-            },
+            Arc::new(if scope_pids.is_empty() {
+                Scope::everything(1)
+            } else {
+                Scope::of_pids(scope_pids.iter().copied(), 1)
+            }),
             target,
             vec![(2, tx)],
         )

@@ -16,7 +16,7 @@ pub mod pagefault;
 pub mod pebs;
 pub mod perf;
 pub mod pmu;
-mod procpid;
+pub(crate) mod procpid;
 pub mod softdirty;
 pub mod trace;
 

@@ -42,7 +42,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// Field `n` (1-based, as in proc(5)) of a `/proc/PID/stat` line. The command name (field 2)
 /// may hold spaces and parentheses, so fields after it are counted from its last `)`.
-fn stat_field(stat: &str, n: usize) -> Option<&str> {
+pub(crate) fn stat_field(stat: &str, n: usize) -> Option<&str> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
     after_comm.split_ascii_whitespace().nth(n.checked_sub(3)?)
 }

@@ -100,3 +100,18 @@ pub fn assert_counters(got: &serde_json::Map<String, serde_json::Value>, want: &
         problems.join("\n")
     );
 }
+
+/// Whether `tool` is on PATH. Absent: prints a loud skip notice and returns false, unless
+/// PGHOTD_REQUIRE_TOOLS=1 (set by CI), where a missing tool fails the test.
+pub fn tool_present(tool: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(tool).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("PGHOTD_REQUIRE_TOOLS").is_none_or(|v| v != "1"),
+            "{tool} is not on PATH and PGHOTD_REQUIRE_TOOLS=1: install it (see .ci/run)"
+        );
+        eprintln!("\n*** SKIPPED: {tool} is not on PATH; this test did not run ***\n");
+    }
+    found
+}

@@ -1,0 +1,516 @@
+//! Which processes pghotd may act on, and the check before each move that the process is
+//! still the one that was sampled.
+//!
+//! Selection (`pids`, `cgroups`, `comm`, `pid_namespace_of` in the config): the explicit pids
+//! and the processes of the cgroup subtrees (v2 or v1 directories, followed as processes come
+//! and go) form the set; with neither, every process. A `comm` regex then keeps only the
+//! processes whose command name matches. Kernel threads, exited processes and pghotd itself
+//! are never in scope. With `pid_namespace_of = P`, the `pids` are read as pids inside P's pid
+//! namespace and translated through `/proc/PID/status` NSpid into pghotd's own.
+//!
+//! Threads: the [`ScopeTracker`] runs on `pghot-scope`, re-reading `/proc` and the cgroups
+//! every `scope_refresh_ms` and publishing the result into the shared [`Scope`]: a bitmap of
+//! pids (one relaxed load per sample in `hotness::ingest`) and each member's [`Identity`]
+//! (start time). The first refresh runs before any source starts.
+//!
+//! Before every move, [`guard::GuardedMover`] opens a pidfd on the pid, compares the
+//! process's start time with the identity the tracker recorded and checks through the pidfd
+//! that the process it read is still alive; only then does move_pages(2) run. A pid whose
+//! number now belongs to another process is refused (`scope_refused_pid_reused`).
+
+pub mod cgroup;
+pub mod guard;
+pub mod proc;
+mod sys;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use regex::Regex;
+
+pub use proc::{Identity, ProcFs};
+
+use crate::sampler::StopToken;
+
+/// Pids are below 2^22 (Linux's PID_MAX_LIMIT); the hotness key has the same bound.
+pub const PID_LIMIT: u32 = 1 << 22;
+
+/// Where relative `cgroups` entries are looked up.
+pub const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// What the configuration selects.
+#[derive(Debug, Clone, Default)]
+pub struct ScopeSelector {
+    pub pids: Vec<u32>,
+    /// Read `pids` inside the pid namespace of this process (a pid in pghotd's namespace).
+    pub pid_namespace_of: Option<u32>,
+    pub cgroups: Vec<PathBuf>,
+    pub comm: Option<Regex>,
+}
+
+impl ScopeSelector {
+    /// No selector: every process except kernel threads and pghotd.
+    pub fn is_everything(&self) -> bool {
+        self.pids.is_empty() && self.cgroups.is_empty() && self.comm.is_none()
+    }
+
+    /// One line for logs and status.
+    pub fn describe(&self) -> String {
+        if self.is_everything() {
+            return "every process".into();
+        }
+        let mut parts = Vec::new();
+        if !self.pids.is_empty() {
+            let ns = self
+                .pid_namespace_of
+                .map_or(String::new(), |p| format!(" in the pid namespace of {p}"));
+            parts.push(format!("pids {:?}{ns}", self.pids));
+        }
+        for c in &self.cgroups {
+            parts.push(format!("cgroup {}", c.display()));
+        }
+        let mut text = parts.join(" + ");
+        if let Some(re) = &self.comm {
+            if text.is_empty() {
+                text = "every process".into();
+            }
+            text.push_str(&format!(" with comm matching /{re}/"));
+        }
+        text
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScopeError {
+    #[error("pid_namespace_of: pid {pid} has no readable pid namespace ({})", path.display())]
+    Namespace { pid: u32, path: PathBuf },
+    #[error("reading {}: {source}", path.display())]
+    ListProc {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("starting thread pghot-scope: {0}")]
+    Spawn(std::io::Error),
+}
+
+/// One bit per pid, read without locks by every sampler thread.
+struct PidBits(Box<[AtomicU64]>);
+
+impl PidBits {
+    fn new() -> PidBits {
+        PidBits((0..PID_LIMIT / 64).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    #[inline]
+    fn contains(&self, pid: u32) -> bool {
+        self.0
+            .get((pid / 64) as usize)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (pid % 64)) != 0)
+    }
+
+    fn set(&self, pid: u32, on: bool) {
+        if let Some(w) = self.0.get((pid / 64) as usize) {
+            let bit = 1 << (pid % 64);
+            if on {
+                w.fetch_or(bit, Ordering::Relaxed);
+            } else {
+                w.fetch_and(!bit, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The scope as the sample path and the migrators see it.
+pub struct Scope {
+    self_pid: u32,
+    /// `None`: every process but pghotd is admitted at the sample path (the move-time check
+    /// still wants an identity, which kernel threads never get).
+    members: Option<PidBits>,
+    identities: Mutex<HashMap<u32, Identity>>,
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("self_pid", &self.self_pid)
+            .field("selective", &self.members.is_some())
+            .finish()
+    }
+}
+
+impl Scope {
+    /// Every process except `self_pid`.
+    pub fn everything(self_pid: u32) -> Scope {
+        Scope {
+            self_pid,
+            members: None,
+            identities: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A scope that starts with `pids` admitted (a tracker may change it).
+    pub fn of_pids(pids: impl IntoIterator<Item = u32>, self_pid: u32) -> Scope {
+        let bits = PidBits::new();
+        for pid in pids {
+            bits.set(pid, true);
+        }
+        Scope {
+            self_pid,
+            members: Some(bits),
+            identities: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn for_selector(selector: &ScopeSelector, self_pid: u32) -> Scope {
+        if selector.is_everything() {
+            Scope::everything(self_pid)
+        } else {
+            Scope::of_pids(std::iter::empty(), self_pid)
+        }
+    }
+
+    /// Whether samples of `pid` are kept: one relaxed load.
+    #[inline]
+    pub fn admits(&self, pid: u32) -> bool {
+        pid != self.self_pid && self.members.as_ref().is_none_or(|m| m.contains(pid))
+    }
+
+    /// The process the tracker last saw with this pid, if it is in scope.
+    pub fn identity(&self, pid: u32) -> Option<Identity> {
+        self.identities.lock().get(&pid).copied()
+    }
+
+    /// Records `identity` as the in-scope process of its pid (the tracker does this; tests
+    /// and tools may too).
+    pub fn set_identity(&self, identity: Identity) {
+        self.identities.lock().insert(identity.pid, identity);
+    }
+
+    pub fn self_pid(&self) -> u32 {
+        self.self_pid
+    }
+}
+
+/// Follows the selection: re-reads `/proc` and the cgroups and publishes into the [`Scope`].
+pub struct ScopeTracker {
+    selector: ScopeSelector,
+    scope: Arc<Scope>,
+    proc: ProcFs,
+    /// The pid namespace `pids` are read in (`pid:[inode]`), when `pid_namespace_of` is set.
+    namespace: Option<String>,
+    /// Explicit pids: the process first seen with that number.
+    first_seen: HashMap<u32, Identity>,
+    /// Explicit pids whose process exited: the number is never managed again, whoever gets it.
+    retired: HashSet<u32>,
+    published: BTreeSet<u32>,
+    missing_cgroups: HashSet<PathBuf>,
+}
+
+/// What one refresh found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refresh {
+    pub members: BTreeSet<u32>,
+    pub added: usize,
+    pub removed: usize,
+}
+
+impl ScopeTracker {
+    pub fn new(selector: ScopeSelector, proc: ProcFs) -> Result<ScopeTracker, ScopeError> {
+        let self_pid = std::process::id();
+        let namespace = match selector.pid_namespace_of {
+            Some(pid) => Some(proc.pid_namespace(pid).ok_or(ScopeError::Namespace {
+                pid,
+                path: proc.root().join(pid.to_string()).join("ns/pid"),
+            })?),
+            None => None,
+        };
+        let scope = Arc::new(Scope::for_selector(&selector, self_pid));
+        Ok(ScopeTracker {
+            selector,
+            scope,
+            proc,
+            namespace,
+            first_seen: HashMap::new(),
+            retired: HashSet::new(),
+            published: BTreeSet::new(),
+            missing_cgroups: HashSet::new(),
+        })
+    }
+
+    pub fn scope(&self) -> &Arc<Scope> {
+        &self.scope
+    }
+
+    pub fn selector(&self) -> &ScopeSelector {
+        &self.selector
+    }
+
+    /// Re-reads the selection and publishes it.
+    pub fn refresh(&mut self) -> Result<Refresh, ScopeError> {
+        let listed = self.proc.pids().map_err(|source| ScopeError::ListProc {
+            path: self.proc.root().to_path_buf(),
+            source,
+        })?;
+        let self_pid = self.scope.self_pid;
+        let live: HashMap<u32, Identity> = listed
+            .into_iter()
+            .filter(|&pid| pid != self_pid)
+            .filter_map(|pid| self.proc.stat(pid))
+            .filter(|s| !s.kernel_thread && !s.exited)
+            .map(|s| (s.identity.pid, s.identity))
+            .collect();
+        let scope = Arc::clone(&self.scope);
+        let Some(bits) = &scope.members else {
+            // Every process: only identities to publish.
+            *scope.identities.lock() = live;
+            return Ok(Refresh::default());
+        };
+
+        let mut chosen = BTreeSet::new();
+        // Explicit pids never seen alive stay admitted (a replayed trace in a dry run names
+        // processes of another machine); with no identity they are never moved.
+        let mut unseen = BTreeSet::new();
+        if self.namespace.is_some() {
+            self.pids_in_namespace(&live, &mut chosen);
+        } else {
+            self.explicit_pids(&live, &mut chosen, &mut unseen);
+        }
+        let mut in_cgroups = BTreeSet::new();
+        for cg in &self.selector.cgroups {
+            if cgroup::collect_procs(cg, &mut in_cgroups) {
+                self.missing_cgroups.remove(cg);
+            } else if self.missing_cgroups.insert(cg.clone()) {
+                tracing::warn!(
+                    "scope: cgroup {} is gone; its processes are not managed until it is back",
+                    cg.display()
+                );
+            }
+        }
+        chosen.extend(in_cgroups.into_iter().filter(|p| live.contains_key(p)));
+        if self.selector.pids.is_empty() && self.selector.cgroups.is_empty() {
+            chosen.extend(live.keys().copied());
+        }
+        if let Some(re) = &self.selector.comm {
+            let proc = &self.proc;
+            chosen.retain(|&pid| proc.comm(pid).is_some_and(|c| re.is_match(&c)));
+        }
+        let identities: HashMap<u32, Identity> = chosen
+            .iter()
+            .filter_map(|p| live.get(p).map(|id| (*p, *id)))
+            .collect();
+        chosen.extend(unseen);
+
+        // Admit the new members before removing the old, so a process staying in scope is
+        // never dropped for a moment.
+        let mut report = Refresh::default();
+        for &pid in chosen.difference(&self.published) {
+            bits.set(pid, true);
+            report.added += 1;
+        }
+        for &pid in self.published.difference(&chosen) {
+            bits.set(pid, false);
+            report.removed += 1;
+        }
+        *scope.identities.lock() = identities;
+        if report.added + report.removed > 0 {
+            tracing::debug!(
+                "scope: {} process(es), +{} -{}",
+                chosen.len(),
+                report.added,
+                report.removed
+            );
+        }
+        self.published = chosen.clone();
+        report.members = chosen;
+        Ok(report)
+    }
+
+    /// `pids` as given: the process first seen with each number, until it exits.
+    fn explicit_pids(
+        &mut self,
+        live: &HashMap<u32, Identity>,
+        chosen: &mut BTreeSet<u32>,
+        unseen: &mut BTreeSet<u32>,
+    ) {
+        for &pid in &self.selector.pids {
+            if self.retired.contains(&pid) {
+                continue;
+            }
+            match (live.get(&pid), self.first_seen.get(&pid)) {
+                (Some(now), Some(first)) if now != first => {
+                    self.retired.insert(pid);
+                    tracing::info!(
+                        "scope: pid {pid} exited and its number now belongs to another process; not managed"
+                    );
+                }
+                (Some(now), _) => {
+                    self.first_seen.insert(pid, *now);
+                    chosen.insert(pid);
+                }
+                (None, Some(_)) => {
+                    self.retired.insert(pid);
+                    tracing::info!("scope: pid {pid} exited");
+                }
+                (None, None) => {
+                    unseen.insert(pid);
+                }
+            }
+        }
+    }
+
+    /// `pids` read inside the namespace of `pid_namespace_of`: each live process in that
+    /// namespace whose innermost NSpid is listed.
+    fn pids_in_namespace(&self, live: &HashMap<u32, Identity>, chosen: &mut BTreeSet<u32>) {
+        let Some(ns) = &self.namespace else {
+            return;
+        };
+        for &pid in live.keys() {
+            if self.proc.pid_namespace(pid).as_ref() != Some(ns) {
+                continue;
+            }
+            let inner = self.proc.nspids(pid).and_then(|v| v.last().copied());
+            if inner.is_some_and(|p| self.selector.pids.contains(&p)) {
+                chosen.insert(pid);
+            }
+        }
+    }
+
+    /// Runs the tracker on `pghot-scope` until `stop`, refreshing every `interval`.
+    pub fn spawn(
+        mut self,
+        interval: Duration,
+        stop: StopToken,
+    ) -> Result<std::thread::JoinHandle<()>, ScopeError> {
+        std::thread::Builder::new()
+            .name("pghot-scope".into())
+            .spawn(move || {
+                let mut failed = false;
+                while crate::sampler::procpid::wait_until(Instant::now() + interval, &stop) {
+                    match self.refresh() {
+                        Ok(_) => failed = false,
+                        // Logged once per run of failures; the last published scope stays.
+                        Err(e) if !failed => {
+                            failed = true;
+                            tracing::error!("scope refresh: {e}");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            })
+            .map_err(ScopeError::Spawn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker(selector: ScopeSelector) -> ScopeTracker {
+        ScopeTracker::new(selector, ProcFs::default()).unwrap()
+    }
+
+    pub(super) fn sleeper() -> std::process::Child {
+        std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn bits_hold_any_pid_below_the_limit() {
+        let bits = PidBits::new();
+        for pid in [1, 63, 64, PID_LIMIT - 1] {
+            assert!(!bits.contains(pid));
+            bits.set(pid, true);
+            assert!(bits.contains(pid));
+        }
+        bits.set(64, false);
+        assert!(!bits.contains(64) && bits.contains(63));
+        bits.set(PID_LIMIT, true);
+        assert!(!bits.contains(PID_LIMIT));
+    }
+
+    #[test]
+    fn everything_admits_all_but_self_and_identifies_no_kernel_thread() {
+        let mut t = tracker(ScopeSelector::default());
+        t.refresh().unwrap();
+        let scope = t.scope();
+        let me = std::process::id();
+        assert!(!scope.admits(me));
+        assert!(scope.admits(1) && scope.admits(4_000_000));
+        assert_eq!(scope.identity(me), None, "pghotd itself");
+        // kthreadd is pid 2 when this test runs in the initial pid namespace.
+        if ProcFs::default().stat(2).is_some_and(|s| s.kernel_thread) {
+            assert_eq!(scope.identity(2), None);
+        }
+    }
+
+    #[test]
+    fn explicit_pids_follow_their_process_and_retire_on_exit() {
+        let mut a = sleeper();
+        let mut b = sleeper();
+        let (pa, pb) = (a.id(), b.id());
+        let mut t = tracker(ScopeSelector {
+            pids: vec![pa, 4_194_000],
+            ..ScopeSelector::default()
+        });
+        let r = t.refresh().unwrap();
+        assert_eq!(r.members, BTreeSet::from([pa, 4_194_000]));
+        let scope = Arc::clone(t.scope());
+        assert!(scope.admits(pa) && !scope.admits(pb));
+        assert!(scope.identity(pa).is_some());
+        assert_eq!(
+            scope.identity(4_194_000),
+            None,
+            "never seen: admitted, not movable"
+        );
+        a.kill().unwrap();
+        a.wait().unwrap();
+        t.refresh().unwrap();
+        assert!(!scope.admits(pa));
+        assert_eq!(scope.identity(pa), None);
+        b.kill().unwrap();
+        b.wait().unwrap();
+    }
+
+    #[test]
+    fn comm_regex_filters_the_selection() {
+        let mut child = sleeper();
+        let pid = child.id();
+        let mut t = tracker(ScopeSelector {
+            comm: Some(Regex::new("^sleep$").unwrap()),
+            ..ScopeSelector::default()
+        });
+        let r = t.refresh().unwrap();
+        assert!(r.members.contains(&pid));
+        assert!(!r.members.contains(&std::process::id()));
+        assert!(
+            r.members
+                .iter()
+                .all(|&p| ProcFs::default().comm(p).is_none_or(|c| c == "sleep"))
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        t.refresh().unwrap();
+        assert!(!t.scope().admits(pid));
+    }
+
+    #[test]
+    fn describe_names_every_selector() {
+        assert_eq!(ScopeSelector::default().describe(), "every process");
+        let s = ScopeSelector {
+            pids: vec![1],
+            pid_namespace_of: Some(77),
+            cgroups: vec!["/sys/fs/cgroup/w".into()],
+            comm: Some(Regex::new("java").unwrap()),
+        };
+        assert_eq!(
+            s.describe(),
+            "pids [1] in the pid namespace of 77 + cgroup /sys/fs/cgroup/w with comm matching /java/"
+        );
+    }
+}
