@@ -19,7 +19,6 @@
 //! times and the best is reported. Run with `cargo bench --bench perf`;
 //! `PERF_BENCH_SAMPLES=<n>` sets the samples per run (default 8 M).
 
-use std::collections::HashSet;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,10 +216,7 @@ fn table_row(plan: &PerfPlan, records: &[Vec<u8>], samples: usize) -> Row {
             // No migrator: once the queue is full, candidates are counted as queue_full, as
             // they would be with a migrator that cannot keep up.
             let (tx, _rx) = candidate_queue(4096, 512);
-            let scope = Scope {
-                pids: HashSet::new(),
-                self_pid: std::process::id(),
-            };
+            let scope = Arc::new(Scope::everything(std::process::id()));
             let ingest = Arc::new(Ingest::new(
                 table,
                 Arc::clone(&stats),
