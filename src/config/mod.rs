@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::admission::AdmissionConfig;
+use crate::admission::config::{AdmissionArgs, RawAdmission};
 use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
@@ -107,6 +109,7 @@ pub struct RawConfig {
     pub damon_max_samples: Option<Spanned<i64>>,
     pub control_socket: Option<Spanned<String>>,
     pub metrics_listen: Option<Spanned<String>>,
+    pub admission: Option<RawAdmission>,
 }
 
 /// `[perf]`: the per-CPU ring buffers of every perf source.
@@ -199,6 +202,8 @@ pub struct TunableArgs {
     /// Serve OpenMetrics on this address, e.g. 127.0.0.1:9464 [default: off].
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
 }
 
 /// Validated configuration.
@@ -222,6 +227,8 @@ pub struct Config {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
+    /// `[admission]`: THP splitting and duplex-aware admission.
+    pub admission: AdmissionConfig,
 }
 
 impl Default for Config {
@@ -242,6 +249,7 @@ impl Default for Config {
             control_socket: Some(PathBuf::from(DEFAULT_CONTROL_SOCKET)),
             metrics_listen: None,
             loaded_from: None,
+            admission: AdmissionConfig::default(),
         }
     }
 }
@@ -256,7 +264,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Validates a number against its allowed range.
-fn ranged(
+pub(crate) fn ranged(
     origin: &Origin,
     key: &'static str,
     value: i64,
@@ -418,7 +426,8 @@ impl Config {
                 origin: s.origin,
             }),
             metrics_listen: setting(raw.metrics_listen, &at),
-        })
+        })?;
+        self.admission.apply_raw(raw.admission, &at)
     }
 
     /// Applies the flags that were given.
@@ -460,7 +469,8 @@ impl Config {
             damon_max_samples: flag(args.damon_max_samples, "damon-max-samples"),
             control_socket: flag(args.control_socket.clone(), "control-socket"),
             metrics_listen: flag(args.metrics_listen.clone(), "metrics-listen"),
-        })
+        })?;
+        self.admission.apply_args(&args.admission)
     }
 
     fn apply(&mut self, s: Settings) -> Result<(), ConfigError> {
@@ -654,7 +664,7 @@ impl Config {
     pub fn values(&self) -> Vec<(&'static str, serde_json::Value)> {
         use serde_json::json;
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        vec![
+        let mut values = vec![
             (
                 "enabled_sources",
                 json!(
@@ -702,11 +712,14 @@ impl Config {
                 "metrics_listen",
                 json!(self.metrics_listen.map(|a| a.to_string())),
             ),
-        ]
+        ];
+        values.extend(self.admission.values());
+        values
     }
 
     /// Checks what needs the topology: `target_nid` must be a top-tier memory node.
     pub fn check_against(&self, topology: &crate::topology::Topology) -> Result<(), ConfigError> {
+        self.admission.check_against(topology)?;
         if let Some(nid) = self.target_nid {
             let ok = topology
                 .node(nid)
