@@ -296,6 +296,64 @@ pub struct AdmissionView {
     pub pids: Vec<PidSplitRow>,
 }
 
+impl AdmissionView {
+    /// One line for `pghotctl top`: split state per slow node, the busiest decisions, and
+    /// what was split or deferred (from the counters).
+    pub fn summary(&self, counter: impl Fn(&str) -> u64) -> String {
+        let mut parts = Vec::new();
+        let split = match (self.split, self.split_unavailable) {
+            (false, _) => "split off".to_string(),
+            (true, true) => "split UNAVAILABLE (whole THPs)".to_string(),
+            (true, false) => format!("split >= {} MB/s", self.split_contention_mbps),
+        };
+        parts.push(split);
+        for n in &self.nodes {
+            let dir = match n.direction {
+                Direction::ReadDominant => "R-dominant",
+                Direction::WriteDominant => "W-dominant",
+                Direction::Balanced => "balanced",
+            };
+            parts.push(format!(
+                "node{} {:.0} MB/s {}{}",
+                n.node,
+                n.mb_per_s,
+                if n.contended { "ACTIVE" } else { "idle" },
+                if n.full_duplex {
+                    format!(" duplex {dir}")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        for p in self.pids.iter().take(3) {
+            parts.push(match (p.size_kb, p.entropy) {
+                (Some(kb), Some(h)) => format!("pid {} -> {kb}K (H {h:.2})", p.pid),
+                (None, Some(h)) => format!("pid {} flat (H {h:.2})", p.pid),
+                _ => format!("pid {} few samples", p.pid),
+            });
+        }
+        let splits: u64 = [
+            "thp_split_order_64k",
+            "thp_split_order_128k",
+            "thp_split_order_256k",
+            "thp_split_order_512k",
+            "thp_split_order_1m",
+        ]
+        .iter()
+        .map(|n| counter(n))
+        .sum();
+        parts.push(format!(
+            "splits {splits}  subfolios {}/{}  whole {}  deferred W {} R {}",
+            counter("thp_subfolios_selected"),
+            counter("thp_subfolios_selected") + counter("thp_subfolios_left"),
+            counter("thp_whole_promotions"),
+            counter("admission_deferred_write_heavy"),
+            counter("admission_deferred_read_heavy"),
+        ));
+        format!("admission: {}", parts.join("  "))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NodeAdmissionRow {
     pub node: NodeId,
@@ -445,6 +503,12 @@ mod tests {
         let view = adm.view(&[2]);
         assert_eq!(view.pids[0].size_kb, Some(64));
         assert!(view.nodes[0].contended, "threshold 0: always contended");
+        let line = view.summary(|name| u64::from(name == "thp_split_order_64k") * 3);
+        assert_eq!(
+            line,
+            "admission: split >= 0 MB/s  node2 1 MB/s ACTIVE duplex R-dominant  \
+             pid 10 -> 64K (H 0.45)  splits 3  subfolios 0/0  whole 0  deferred W 0 R 0"
+        );
     }
 
     #[test]
