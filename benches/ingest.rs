@@ -10,6 +10,9 @@
 //! - `recorder lower`: the full per-sample path (`Recorder`: filters, node classification,
 //!   table, candidate queue) over 1 Mi pages, every sample on node 2 (the lower tier).
 //! - `recorder mixed`: the same with half the samples on node 0 (top tier: `HotTable::touch`).
+//! - `recorder lower +split`: `recorder lower` with THP splitting on: each sample also counts
+//!   into its process's subpage histogram and node 2's traffic; `+split+duplex` also makes node
+//!   2 full-duplex, so each sample updates one of the two 256 KiB Bloom filters.
 //! - `diag ...`: reference rows that explain the others: the 1 Mi pages in a table with room
 //!   to spare (no eviction), the recorder path with no candidates (`freq_threshold` = max), one
 //!   atomic add per sample on a random word of a table-sized array (misses overlapped), and a
@@ -34,6 +37,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pghotd::admission::{Admission, AdmissionConfig};
 use pghotd::hotness::ingest::{Ingest, Scope};
 use pghotd::hotness::{Access, Entry, HotPolicy, HotTable, PageKey, Recorded};
 use pghotd::migrator::candidate_queue;
@@ -72,6 +76,9 @@ enum Kind {
     Recorder {
         top_percent: u64,
         freq_threshold: u16,
+        /// Migration admission: `Split` feeds each sample to its process's subpage histogram
+        /// and node 2's traffic counts; `Duplex` also to one of node 2's two Bloom filters.
+        admission: Option<AdmissionRow>,
     },
     /// One atomic add per sample on a random word of an array as large as a 1 Mi table:
     /// independent misses, which the CPU overlaps.
@@ -81,13 +88,19 @@ enum Kind {
     Latency,
 }
 
+#[derive(Clone, Copy)]
+enum AdmissionRow {
+    Split,
+    SplitDuplex,
+}
+
 struct Spec {
     name: &'static str,
     pages: u64,
     kind: Kind,
 }
 
-const SPECS: [Spec; 8] = [
+const SPECS: [Spec; 10] = [
     Spec {
         name: "table 1Mi",
         pages: MI,
@@ -104,6 +117,7 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: 2,
+            admission: None,
         },
     },
     Spec {
@@ -112,6 +126,25 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 50,
             freq_threshold: 2,
+            admission: None,
+        },
+    },
+    Spec {
+        name: "recorder lower +split",
+        pages: MI,
+        kind: Kind::Recorder {
+            top_percent: 0,
+            freq_threshold: 2,
+            admission: Some(AdmissionRow::Split),
+        },
+    },
+    Spec {
+        name: "recorder lower +split+duplex",
+        pages: MI,
+        kind: Kind::Recorder {
+            top_percent: 0,
+            freq_threshold: 2,
+            admission: Some(AdmissionRow::SplitDuplex),
         },
     },
     Spec {
@@ -127,6 +160,7 @@ const SPECS: [Spec; 8] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: u16::MAX,
+            admission: None,
         },
     },
     Spec {
@@ -377,6 +411,7 @@ fn recorder_row(
     spec: &Spec,
     top_percent: u64,
     freq_threshold: u16,
+    admission: Option<AdmissionRow>,
     threads: usize,
     samples: usize,
 ) -> Row {
@@ -413,14 +448,26 @@ fn recorder_row(
         pids: HashSet::new(),
         self_pid: std::process::id(),
     };
-    let ingest = Arc::new(Ingest::new(
+    let mut ingest = Ingest::new(
         Arc::clone(&table),
         Arc::clone(&stats),
         topology,
         scope,
         None,
         vec![(LOWER_NODE, tx)],
-    ));
+    );
+    if let Some(row) = admission {
+        let config = AdmissionConfig {
+            split: true,
+            full_duplex_nodes: match row {
+                AdmissionRow::Split => vec![],
+                AdmissionRow::SplitDuplex => vec![LOWER_NODE],
+            },
+            ..AdmissionConfig::default()
+        };
+        ingest = ingest.with_admission(Arc::new(Admission::new(config, LOWER_NODE)));
+    }
+    let ingest = Arc::new(ingest);
     {
         // One lower-tier sample per page: tracked, below the threshold.
         let mut recorder = ingest.recorder();
@@ -561,7 +608,15 @@ fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
         Kind::Recorder {
             top_percent,
             freq_threshold,
-        } => recorder_row(spec, top_percent, freq_threshold, threads, samples),
+            admission,
+        } => recorder_row(
+            spec,
+            top_percent,
+            freq_threshold,
+            admission,
+            threads,
+            samples,
+        ),
         Kind::Floor => floor_row(spec, threads, samples),
         Kind::Latency => latency_row(spec, threads, samples),
     }

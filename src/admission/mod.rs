@@ -186,6 +186,11 @@ impl Admission {
             }
             None => SplitDecision::FewSamples { samples: 0 },
         };
+        // Too few samples is not cached: the next candidate looks again (a 512-slot scan), so
+        // a process's first second is not promoted whole for want of a histogram.
+        if matches!(decision, SplitDecision::FewSamples { .. }) {
+            return decision;
+        }
         if decisions.len() >= MAX_HISTOGRAMS {
             decisions.retain(|_, c| now.saturating_duration_since(c.at) < DECISION_TTL * 60);
         }

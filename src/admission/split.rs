@@ -311,6 +311,95 @@ mod tests {
         assert!(p.hot_subfolios.is_empty());
     }
 
+    /// Draws `n` samples from a shape (relative weight per subpage) like a sampler would:
+    /// multinomial, with a splitmix64 stream.
+    fn sampled(weights: impl Fn(usize) -> f64, n: usize, seed: u64) -> [u32; SUBPAGES] {
+        let w: Vec<f64> = (0..SUBPAGES).map(&weights).collect();
+        let total: f64 = w.iter().sum();
+        let mut cdf = Vec::with_capacity(SUBPAGES);
+        let mut acc = 0.0;
+        for x in &w {
+            acc += x / total;
+            cdf.push(acc);
+        }
+        let mut counts = [0u32; SUBPAGES];
+        let mut x = seed;
+        for _ in 0..n {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let u = (z ^ (z >> 31)) as f64 / u64::MAX as f64;
+            let i = cdf.partition_point(|&c| c < u).min(SUBPAGES - 1);
+            counts[i] += 1;
+        }
+        counts
+    }
+
+    /// The paper's Table 4 in kind: skewed workloads (Figure 1's graph and database shapes)
+    /// split to 64-256 KiB (bfs-web, with a wider hot region, to 512 KiB), flat ones (NPB's
+    /// array sweeps) do not split. Shapes: hot regions with 95 % of the accesses, the rest
+    /// spread over the THP; 20 000 samples each.
+    #[test]
+    fn figure_1_shaped_histograms_split_like_table_4() {
+        let region = |lo: usize, hi: usize, skew: bool| {
+            move |i: usize| {
+                let hot = (lo..hi).contains(&i);
+                let base = if hot {
+                    0.95 / (hi - lo) as f64
+                } else {
+                    0.05 / 512.0
+                };
+                // Inside the region a power-law falloff, as with high-degree vertices.
+                if hot && skew {
+                    base * 2.0 / (1.0 + (i - lo) as f64 / (hi - lo) as f64)
+                } else {
+                    base
+                }
+            }
+        };
+        type Shape = Box<dyn Fn(usize) -> f64>;
+        let cases: [(&str, Shape, Option<u8>); 6] = [
+            (
+                "cc-twitter (one 64K hot cluster)",
+                Box::new(region(320, 336, false)),
+                Some(4),
+            ),
+            (
+                "cc-web (128K hot run)",
+                Box::new(region(64, 96, false)),
+                Some(5),
+            ),
+            (
+                "bc-twitter (256K, skewed)",
+                Box::new(region(128, 192, true)),
+                Some(6),
+            ),
+            ("bfs-web (512K)", Box::new(region(256, 384, false)), Some(7)),
+            ("NPB array sweep (flat)", Box::new(|_| 1.0), None),
+            (
+                "silo-ycsb (two 64K records)",
+                Box::new(|i: usize| {
+                    if (16..32).contains(&i) || (400..416).contains(&i) {
+                        1.0
+                    } else {
+                        0.003
+                    }
+                }),
+                Some(4),
+            ),
+        ];
+        for (name, shape, want) in cases {
+            let h = sampled(shape, 20_000, 42);
+            let got = match decide(&h, &SplitParams::default()) {
+                SplitDecision::Split(p) => Some(p.order),
+                SplitDecision::Flat { .. } => None,
+                other => panic!("{name}: {other:?}"),
+            };
+            assert_eq!(got, want, "{name}: entropy {:.3}", normalized_entropy(&h));
+        }
+    }
+
     #[test]
     fn few_samples_are_not_trusted() {
         let h = hist(|i| u32::from(i < 10));
