@@ -12,6 +12,9 @@
 //! - `recorder lower batch`: the same handed over 32 samples at a time (`record_batch`, as the
 //!   perf sources do), which prefetches the table slot of the sample 4 ahead.
 //! - `recorder mixed`: the same with half the samples on node 0 (top tier: `HotTable::touch`).
+//! - `recorder lower +split`: `recorder lower` with THP splitting on: each sample also counts
+//!   into its process's subpage histogram and node 2's traffic; `+split+duplex` also makes node
+//!   2 full-duplex, so each sample updates one of the two 256 KiB Bloom filters.
 //! - `diag ...`: reference rows that explain the others: the 1 Mi pages in a table with room
 //!   to spare (no eviction), the recorder path with no candidates (`freq_threshold` = max), one
 //!   atomic add per sample on a random word of a table-sized array (misses overlapped), and a
@@ -35,6 +38,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pghotd::admission::{Admission, AdmissionConfig};
 use pghotd::hotness::ingest::{Ingest, Scope};
 use pghotd::hotness::{Access, Entry, HotPolicy, HotTable, PageKey, Recorded};
 use pghotd::migrator::candidate_queue;
@@ -69,12 +73,16 @@ const TOPOLOGY: &str = concat!(
 enum Kind {
     /// `HotTable::record` on a table of `tracked` pages.
     Table { tracked: usize },
-    /// The `Recorder` path; `top_percent` of the samples on node 0; `batched`: 32 samples per
-    /// `record_batch` call (as the perf sources hand them over: table slots prefetched ahead).
+    /// The `Recorder` path; `top_percent` of the samples on node 0.
     Recorder {
         top_percent: u64,
         freq_threshold: u16,
+        /// 32 samples per `record_batch` call (as the perf sources hand them over: table slots
+        /// prefetched ahead).
         batched: bool,
+        /// Migration admission: `Split` feeds each sample to its process's subpage histogram
+        /// and node 2's traffic counts; `Duplex` also to one of node 2's two Bloom filters.
+        admission: Option<AdmissionRow>,
     },
     /// One atomic add per sample on a random word of an array as large as a 1 Mi table:
     /// independent misses, which the CPU overlaps.
@@ -84,13 +92,19 @@ enum Kind {
     Latency,
 }
 
+#[derive(Clone, Copy)]
+enum AdmissionRow {
+    Split,
+    SplitDuplex,
+}
+
 struct Spec {
     name: &'static str,
     pages: u64,
     kind: Kind,
 }
 
-const SPECS: [Spec; 9] = [
+const SPECS: [Spec; 11] = [
     Spec {
         name: "table 1Mi",
         pages: MI,
@@ -107,6 +121,7 @@ const SPECS: [Spec; 9] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: 2,
+            admission: None,
             batched: false,
         },
     },
@@ -116,6 +131,7 @@ const SPECS: [Spec; 9] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: 2,
+            admission: None,
             batched: true,
         },
     },
@@ -125,6 +141,27 @@ const SPECS: [Spec; 9] = [
         kind: Kind::Recorder {
             top_percent: 50,
             freq_threshold: 2,
+            admission: None,
+            batched: false,
+        },
+    },
+    Spec {
+        name: "recorder lower +split",
+        pages: MI,
+        kind: Kind::Recorder {
+            top_percent: 0,
+            freq_threshold: 2,
+            admission: Some(AdmissionRow::Split),
+            batched: false,
+        },
+    },
+    Spec {
+        name: "recorder lower +split+duplex",
+        pages: MI,
+        kind: Kind::Recorder {
+            top_percent: 0,
+            freq_threshold: 2,
+            admission: Some(AdmissionRow::SplitDuplex),
             batched: false,
         },
     },
@@ -141,6 +178,7 @@ const SPECS: [Spec; 9] = [
         kind: Kind::Recorder {
             top_percent: 0,
             freq_threshold: u16::MAX,
+            admission: None,
             batched: false,
         },
     },
@@ -392,6 +430,7 @@ fn recorder_row(
     spec: &Spec,
     top_percent: u64,
     freq_threshold: u16,
+    admission: Option<AdmissionRow>,
     batched: bool,
     threads: usize,
     samples: usize,
@@ -426,14 +465,26 @@ fn recorder_row(
         })
     };
     let scope = Arc::new(Scope::everything(std::process::id()));
-    let ingest = Arc::new(Ingest::new(
+    let mut ingest = Ingest::new(
         Arc::clone(&table),
         Arc::clone(&stats),
         topology,
         scope,
         None,
         vec![(LOWER_NODE, tx)],
-    ));
+    );
+    if let Some(row) = admission {
+        let config = AdmissionConfig {
+            split: true,
+            full_duplex_nodes: match row {
+                AdmissionRow::Split => vec![],
+                AdmissionRow::SplitDuplex => vec![LOWER_NODE],
+            },
+            ..AdmissionConfig::default()
+        };
+        ingest = ingest.with_admission(Arc::new(Admission::new(config, LOWER_NODE)));
+    }
+    let ingest = Arc::new(ingest);
     {
         // One lower-tier sample per page: tracked, below the threshold.
         let mut recorder = ingest.recorder();
@@ -580,8 +631,17 @@ fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
         Kind::Recorder {
             top_percent,
             freq_threshold,
+            admission,
             batched,
-        } => recorder_row(spec, top_percent, freq_threshold, batched, threads, samples),
+        } => recorder_row(
+            spec,
+            top_percent,
+            freq_threshold,
+            admission,
+            batched,
+            threads,
+            samples,
+        ),
         Kind::Floor => floor_row(spec, threads, samples),
         Kind::Latency => latency_row(spec, threads, samples),
     }

@@ -17,6 +17,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, select};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
+use crate::admission::Admission;
+use crate::admission::gate::AdmissionGate;
+use crate::admission::thp::SysThp;
 use crate::config::{Config, ConfigError};
 use crate::control::metrics::MetricsServer;
 use crate::control::server::ControlServer;
@@ -183,6 +186,10 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         let file = File::create(path).map_err(record_err)?;
         ingest = ingest.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
     }
+    let admission = admission(config, &topology);
+    if let Some(a) = &admission {
+        ingest = ingest.with_admission(Arc::clone(a));
+    }
     let ingest = Arc::new(ingest);
     // The control socket and metrics port are bound before any thread starts, so a socket in
     // use fails the start cleanly.
@@ -238,6 +245,14 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         )
         .with_pause(Arc::clone(&paused))
         .with_pid_stats(Arc::clone(ingest.pid_stats()));
+        let migrator = match &admission {
+            Some(a) => migrator.with_admission(Box::new(AdmissionGate::new(
+                Arc::clone(a),
+                SysThp::system(),
+                config.migrator.dry_run,
+            ))),
+            None => migrator,
+        };
         migrators.push(MigratorHandle::spawn(migrator, rx).map_err(|source| {
             DaemonError::Spawn {
                 name: format!("pghot-mig/node{node}"),
@@ -403,6 +418,35 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         return Err(DaemonError::SourcesFailed { failed });
     }
     Ok(summary)
+}
+
+/// Migration admission, when `[admission]` turns a filter on. Splitting that cannot work here
+/// is logged now and counted per THP later (`thp_split_fail_unavailable`).
+fn admission(config: &Config, topology: &Topology) -> Option<Arc<Admission>> {
+    let cfg = &config.admission;
+    if !cfg.is_active() {
+        return None;
+    }
+    let max_node = topology.nodes().iter().map(|n| n.id).max().unwrap_or(0);
+    let split_path = SysThp::system().split_path().to_path_buf();
+    if cfg.split && !config.migrator.dry_run && !split_path.exists() {
+        tracing::warn!(
+            "THP splitting is on but {} does not exist (debugfs not mounted, or a kernel \
+             without CONFIG_DEBUG_FS): THPs will be promoted whole",
+            split_path.display()
+        );
+    }
+    tracing::info!(
+        "admission: split {} (contention >= {} MB/s, flat H >= {}%, coverage {}%, density \
+         {}%), full-duplex nodes {:?}",
+        if cfg.split { "on" } else { "off" },
+        cfg.split_contention_mbps,
+        cfg.split_flat_entropy_pct,
+        cfg.split_coverage_pct,
+        cfg.split_heat_density_pct,
+        cfg.full_duplex_nodes
+    );
+    Some(Arc::new(Admission::new(cfg.clone(), max_node)))
 }
 
 fn spawn(

@@ -4,10 +4,12 @@
 //! [`hotness`] table turns them into [`hotness::ingest::Candidate`]s; one [`migrator`] per
 //! lower-tier node promotes them with move_pages(2). [`topology`] says which nodes are slow and
 //! where pages should go; [`config`] holds the tunables; [`stats`] counts everything under the
-//! pghot kernel's counter names; [`daemon`] wires it together; [`control`] is the operator's socket and metrics, [`scope`] which processes may be
-//! touched, [`view`] the
-//! `pghotctl top` terminal view.
+//! pghot kernel's counter names; [`daemon`] wires it together; [`control`] is the operator's
+//! socket and metrics, [`scope`] which processes may be touched, [`view`] the `pghotctl top`
+//! terminal view. [`admission`] sits between candidates and moves (TierBPF's THP splitting and
+//! duplex-aware admission).
 
+pub mod admission;
 pub mod config;
 pub mod control;
 pub mod daemon;

@@ -89,7 +89,8 @@ counters! {
     /// Tracked pages evicted (coldest first) to stay under `max_tracked_pages`.
     PghotEvictedPages => "pghot_evicted_pages",
     /// Pages that crossed `freq_threshold`. Each ends in exactly one outcome below:
-    /// success, ratelimited, already_toptier, no_target, queue_full, abandoned or a fail_*.
+    /// success, ratelimited, already_toptier, no_target, queue_full, abandoned, a fail_*, or
+    /// (with admission on) deferred_duplex or same_folio. THP split riders add outcomes too.
     PgpromoteCandidate => "pgpromote_candidate",
     /// Candidates with no top-tier node to go to (no `target_nid`, CPU of unknown node).
     PgpromoteNoTarget => "pgpromote_no_target",
@@ -130,6 +131,53 @@ counters! {
     /// Candidates held back while promotion is paused (`pghotctl pause`); offered again on
     /// their next sample.
     PgpromotePaused => "pgpromote_paused",
+    /// Candidates deferred by duplex-aware admission (TierBPF Table 2); offered again on their
+    /// next sample.
+    PgpromoteDeferredDuplex => "pgpromote_deferred_duplex",
+    /// Candidates whose folio another candidate of the same batch moves (one address per folio).
+    PgpromoteSameFolio => "pgpromote_same_folio",
+    /// Deferred: a write-heavy page while its node's traffic is read-dominant.
+    AdmissionDeferredWriteHeavy => "admission_deferred_write_heavy",
+    /// Deferred: a read-heavy page while its node's traffic is write-dominant.
+    AdmissionDeferredReadHeavy => "admission_deferred_read_heavy",
+    /// Candidates found in a large folio while THP splitting is on.
+    ThpSplitCandidates => "thp_split_candidates",
+    /// THPs split (and verified) to 64 KiB folios.
+    ThpSplitOrder64k => "thp_split_order_64k",
+    /// THPs split (and verified) to 128 KiB folios.
+    ThpSplitOrder128k => "thp_split_order_128k",
+    /// THPs split (and verified) to 256 KiB folios.
+    ThpSplitOrder256k => "thp_split_order_256k",
+    /// THPs split (and verified) to 512 KiB folios.
+    ThpSplitOrder512k => "thp_split_order_512k",
+    /// THPs split (and verified) to 1 MiB folios.
+    ThpSplitOrder1m => "thp_split_order_1m",
+    /// Splits planned but not made (`dry_run`).
+    ThpSplitDryRun => "thp_split_dry_run",
+    /// Subfolios chosen for promotion after a split (hot, or holding a candidate).
+    ThpSubfoliosSelected => "thp_subfolios_selected",
+    /// Subfolios left on the slow tier after a split.
+    ThpSubfoliosLeft => "thp_subfolios_left",
+    /// Hot subfolios promoted without a candidate of their own; each also ends in an outcome.
+    ThpSplitRiders => "thp_split_riders",
+    /// Large folios promoted whole (PMD THPs, one address each).
+    ThpWholePromotions => "thp_whole_promotions",
+    /// Whole: the slow node's bandwidth is under `split_contention_MBps`.
+    ThpSplitUncontended => "thp_split_uncontended",
+    /// Whole: the process's histogram has too few samples.
+    ThpSplitFewSamples => "thp_split_few_samples",
+    /// Whole: the histogram is flat (entropy at or above `split_flat_entropy_pct`).
+    ThpSplitFlat => "thp_split_flat",
+    /// Whole: the whole 2 MiB reaches the heat density.
+    ThpSplitDense => "thp_split_dense",
+    /// Whole: splitting is unavailable (no debugfs, lockdown, no CAP_SYS_ADMIN); logged once.
+    ThpSplitFailUnavailable => "thp_split_fail_unavailable",
+    /// Whole: the split write succeeded but the folio did not split (pinned, locked).
+    ThpSplitFailUnsplit => "thp_split_fail_unsplit",
+    /// Whole: reading pagemap/kpageflags failed (process gone, ...).
+    ThpSplitFailRegion => "thp_split_fail_region",
+    /// Whole: the split write failed otherwise.
+    ThpSplitFailOther => "thp_split_fail_other",
     /// Pages moved by an operator's `pghotctl migrate`.
     PgmigrateManualSuccess => "pgmigrate_manual_success",
     /// Bytes moved by `pghotctl migrate` (4 KiB per page).

@@ -31,6 +31,7 @@ struct Cli {
             ("pattern", "hot-block"),
             ("pattern", "zipf"),
             ("pattern", "chase"),
+            ("pattern", "hot-clusters"),
         ])
     )]
     hot_mb: Option<u64>,

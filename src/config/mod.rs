@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::admission::AdmissionConfig;
+use crate::admission::config::{AdmissionArgs, RawAdmission};
 use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
@@ -117,6 +119,7 @@ pub struct RawConfig {
     pub comm: Option<Spanned<String>>,
     pub pid_namespace_of: Option<Spanned<i64>>,
     pub scope_refresh_ms: Option<Spanned<i64>>,
+    pub admission: Option<RawAdmission>,
 }
 
 /// `[perf]`: the per-CPU ring buffers of every perf source.
@@ -266,6 +269,8 @@ pub struct TunableArgs {
     /// How often the managed set is re-read from /proc and the cgroups [default: 1000].
     #[arg(long, value_name = "MS")]
     pub scope_refresh_ms: Option<i64>,
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
 }
 
 /// Validated configuration.
@@ -297,6 +302,8 @@ pub struct Config {
     pub scope_refresh_ms: u32,
     /// The file that was loaded, if any.
     pub loaded_from: Option<PathBuf>,
+    /// `[admission]`: THP splitting and duplex-aware admission.
+    pub admission: AdmissionConfig,
 }
 
 impl Default for Config {
@@ -323,6 +330,7 @@ impl Default for Config {
             pid_namespace_of: None,
             scope_refresh_ms: 1000,
             loaded_from: None,
+            admission: AdmissionConfig::default(),
         }
     }
 }
@@ -337,7 +345,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// Validates a number against its allowed range.
-fn ranged(
+pub(crate) fn ranged(
     origin: &Origin,
     key: &'static str,
     value: i64,
@@ -521,7 +529,8 @@ impl Config {
             comm: setting(raw.comm, &at),
             pid_namespace_of: setting(raw.pid_namespace_of, &at),
             scope_refresh_ms: setting(raw.scope_refresh_ms, &at),
-        })
+        })?;
+        self.admission.apply_raw(raw.admission, &at)
     }
 
     /// Applies the flags that were given.
@@ -584,7 +593,8 @@ impl Config {
             comm: flag(args.comm.clone(), "comm"),
             pid_namespace_of: flag(args.pid_namespace_of, "pid-namespace-of"),
             scope_refresh_ms: flag(args.scope_refresh_ms, "scope-refresh-ms"),
-        })
+        })?;
+        self.admission.apply_args(&args.admission)
     }
 
     fn apply(&mut self, s: Settings) -> Result<(), ConfigError> {
@@ -817,7 +827,7 @@ impl Config {
     pub fn values(&self) -> Vec<(&'static str, serde_json::Value)> {
         use serde_json::json;
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
-        vec![
+        let mut values = vec![
             (
                 "enabled_sources",
                 json!(
@@ -885,11 +895,14 @@ impl Config {
             ("comm", json!(self.comm)),
             ("pid_namespace_of", json!(self.pid_namespace_of)),
             ("scope_refresh_ms", json!(self.scope_refresh_ms)),
-        ]
+        ];
+        values.extend(self.admission.values());
+        values
     }
 
     /// Checks what needs the topology: `target_nid` must be a top-tier memory node.
     pub fn check_against(&self, topology: &crate::topology::Topology) -> Result<(), ConfigError> {
+        self.admission.check_against(topology)?;
         if let Some(nid) = self.target_nid {
             let ok = topology
                 .node(nid)

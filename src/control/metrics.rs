@@ -329,6 +329,7 @@ mod tests {
             }],
             pids_omitted: 0,
             ranges: None,
+            admission: None,
         };
         let text = render(&snap);
         for line in [

@@ -255,6 +255,11 @@ impl ControlPlane {
             pids,
             pids_omitted: omitted,
             ranges,
+            admission: self
+                .parts
+                .ingest
+                .admission()
+                .map(|a| a.view(&topo.lower_tier_nodes())),
         }
     }
 

@@ -324,6 +324,9 @@ pub struct Snapshot {
     pub pids_omitted: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranges: Option<RangesView>,
+    /// Migration admission (THP splitting, duplex), when configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<crate::admission::AdmissionView>,
 }
 
 impl Snapshot {

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use super::resolve::{NodeResolver, Resolved};
 use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+use crate::admission::{Admission, LocalAdmission};
 use crate::migrator::CandidateSender;
 use crate::migrator::mover::{Mover, SysMover};
 use crate::pidstats::{LocalPids, PidStats};
@@ -78,6 +79,8 @@ pub struct Ingest {
     tap: Mutex<Option<Sender<Sample>>>,
     /// Makes each recorder's move_pages query handle.
     node_lookup: Box<dyn Fn() -> Box<dyn Mover> + Send + Sync>,
+    /// Migration admission's per-sample inputs (subpage histograms, R/W filters, traffic).
+    admission: Option<Arc<Admission>>,
 }
 
 impl Ingest {
@@ -131,6 +134,7 @@ impl Ingest {
             tap_on: AtomicBool::new(false),
             tap: Mutex::new(None),
             node_lookup: Box::new(|| Box::new(SysMover)),
+            admission: None,
         }
     }
 
@@ -138,6 +142,16 @@ impl Ingest {
     pub fn record_to(mut self, writer: TraceWriter<BufWriter<std::fs::File>>) -> Ingest {
         self.record_to = Some(Mutex::new(writer));
         self
+    }
+
+    /// Feeds lower-tier samples to migration admission.
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Ingest {
+        self.admission = Some(admission);
+        self
+    }
+
+    pub fn admission(&self) -> Option<&Arc<Admission>> {
+        self.admission.as_ref()
     }
 
     pub fn set_target_nid(&self, target: Option<NodeId>) {
@@ -208,6 +222,7 @@ impl Ingest {
             flushed_ns: 0,
             resolver: NodeResolver::new((self.node_lookup)()),
             resolved: Vec::with_capacity(super::resolve::RESOLVE_BATCH),
+            admission: self.admission.as_ref().map(|a| a.local()),
         }
     }
 
@@ -259,6 +274,7 @@ pub struct Recorder {
     flushed_ns: u64,
     resolver: NodeResolver,
     resolved: Vec<Resolved>,
+    admission: Option<LocalAdmission>,
 }
 
 impl Recorder {
@@ -272,6 +288,9 @@ impl Recorder {
     pub fn flush(&mut self) {
         self.ingest.stats.absorb(&mut self.local);
         self.local_pids.fold_into(&self.ingest.pids);
+        if let (Some(local), Some(shared)) = (&mut self.admission, &self.ingest.admission) {
+            local.flush(shared);
+        }
         self.pending = 0;
     }
 
@@ -377,6 +396,9 @@ impl Recorder {
             return;
         }
         self.local.bump(Counter::PghotRecordedAccesses);
+        if let (Some(local), Some(shared)) = (&mut self.admission, &ingest.admission) {
+            local.observe(shared, s, key, node);
+        }
         let recorded = ingest.table.record(&access);
         let pid_counts = self.local_pids.entry(s.pid, &ingest.pids);
         pid_counts.recorded += 1;

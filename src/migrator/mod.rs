@@ -60,6 +60,13 @@ impl Default for MigratorConfig {
     }
 }
 
+/// Migration admission between a batch of candidates and its move (see `crate::admission`):
+/// may defer candidates (each counted and made eligible again), and may replace a candidate by
+/// the folios to move for it, each charged at its size in `Candidate::bytes`.
+pub trait Admit: Send {
+    fn admit(&mut self, batch: &mut Vec<Candidate>, table: &HotTable, stats: &Stats);
+}
+
 /// Messages from the daemon to a migrator thread.
 #[derive(Debug)]
 pub enum MigratorEvent {
@@ -86,6 +93,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     pids: Arc<PidStats>,
     /// Outcomes of the group being processed, folded into `pids` once per group.
     group: PidCounts,
+    admission: Option<Box<dyn Admit>>,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -113,7 +121,14 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             paused: Arc::new(AtomicBool::new(false)),
             pids: Arc::new(PidStats::default()),
             group: PidCounts::default(),
+            admission: None,
         }
+    }
+
+    /// Runs `admission` on each batch before it is grouped and moved.
+    pub fn with_admission(mut self, admission: Box<dyn Admit>) -> Self {
+        self.admission = Some(admission);
+        self
     }
 
     /// Shares the pause switch of the control plane.
@@ -142,14 +157,23 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             batch.clear();
             return;
         }
-        batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.key.vaddr()));
+        if let Some(admission) = &mut self.admission {
+            admission.admit(batch, &self.table, &self.stats);
+        }
+        // Groups are also by size: admission charges folios at their size, and a group's
+        // watermark and rate limit count in units of one size.
+        batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.bytes, c.key.vaddr()));
         let mut start = 0;
         while start < batch.len() {
-            let (pid, to) = (batch[start].key.pid(), batch[start].to_node);
+            let (pid, to, bytes) = (
+                batch[start].key.pid(),
+                batch[start].to_node,
+                batch[start].bytes,
+            );
             let end = start
                 + batch[start..]
                     .iter()
-                    .take_while(|c| c.key.pid() == pid && c.to_node == to)
+                    .take_while(|c| c.key.pid() == pid && c.to_node == to && c.bytes == bytes)
                     .count();
             self.process_group(pid, to, &batch[start..end]);
             let group = std::mem::take(&mut self.group);

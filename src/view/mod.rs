@@ -330,6 +330,9 @@ fn header_lines(app: &App, snap: &Snapshot, width: usize) -> Vec<Line<'static>> 
             n.mem_total_kb / 1024,
         )));
     }
+    if let Some(a) = &snap.admission {
+        lines.push(Line::from(a.summary(|name| snap.counter(name))));
+    }
     lines
 }
 

@@ -11,6 +11,11 @@
 //! | `uniform` | every page | uniform over the buffer |
 //! | `zipf` | the `hot_pages` highest ranks | Zipf(0.99) over ranks, ranks shuffled over pages |
 //! | `chase` | as `hot-scattered` | a dependent pointer chase around one random cycle |
+//! | `hot-clusters` | 64 KiB clusters, one in each of `hot_pages / 16` random 2 MiB regions, all at the same random 64 KiB-aligned offset | uniform over the hot set |
+//!
+//! `hot-clusters` is the THP-splitting workload of the TierBPF issue: with `--thp` each cluster
+//! is the hot part of a 2 MiB THP, and every THP has it at the same offset, the shape the
+//! per-process subpage histogram sees in the paper's Figure 1 workloads.
 //!
 //! For `chase` each hot page holds one 64-byte slot (at a random line) whose first word is the
 //! word index of the next slot in the cycle; [`Plan::init_memory`] writes them, and a store
@@ -43,6 +48,8 @@ pub enum Pattern {
     Zipf,
     /// A dependent pointer chase around one random cycle through `--hot-mb` of scattered pages.
     Chase,
+    /// `--hot-mb` as 64 KiB clusters, one per random 2 MiB region, at one offset in each.
+    HotClusters,
 }
 
 impl Pattern {
@@ -53,6 +60,7 @@ impl Pattern {
             Pattern::Uniform => "uniform",
             Pattern::Zipf => "zipf",
             Pattern::Chase => "chase",
+            Pattern::HotClusters => "hot-clusters",
         }
     }
 
@@ -147,6 +155,13 @@ impl Plan {
                     Kind::Scattered { hot }
                 }
             }
+            Pattern::HotClusters => {
+                let hot = cluster_pages(&mut rng, pages, hot_pages);
+                for &p in &hot {
+                    is_hot[p as usize] = true;
+                }
+                Kind::Scattered { hot }
+            }
             Pattern::HotBlock => {
                 let start = rng.below((pages - hot_pages + 1) as u64);
                 is_hot[start as usize..start as usize + hot_pages].fill(true);
@@ -171,11 +186,12 @@ impl Plan {
                 }
             }
         };
+        let hot_count = is_hot.iter().filter(|&&h| h).count();
         Plan {
             pattern,
             pages,
             is_hot,
-            hot_count: hot_pages,
+            hot_count,
             write_threshold: u64::from(write_pct.min(100)) * (1 << WRITE_BITS) / 100,
             kind,
         }
@@ -259,6 +275,27 @@ impl Plan {
 }
 
 /// `k` distinct pages of `0..pages`, uniformly at random (a partial Fisher-Yates shuffle).
+/// Pages of a 64 KiB cluster and of a 2 MiB region.
+const CLUSTER_PAGES: usize = 16;
+const REGION_PAGES: usize = 512;
+
+/// `hot-clusters`: whole 64 KiB clusters, one per random 2 MiB region, at one random aligned
+/// offset; `k` rounds down to whole clusters (at least one) and up to one per region at most.
+fn cluster_pages(rng: &mut SplitMix64, pages: usize, k: usize) -> Vec<u32> {
+    let regions = (pages / REGION_PAGES).max(1);
+    let region_pages = REGION_PAGES.min(pages);
+    let slots = (region_pages / CLUSTER_PAGES).max(1);
+    let offset = rng.below(slots as u64) as usize * CLUSTER_PAGES;
+    let clusters = (k / CLUSTER_PAGES).clamp(1, regions);
+    choose_pages(rng, regions, clusters)
+        .into_iter()
+        .flat_map(|r| {
+            let first = r as usize * REGION_PAGES + offset;
+            (first..(first + CLUSTER_PAGES).min(pages)).map(|p| p as u32)
+        })
+        .collect()
+}
+
 fn choose_pages(rng: &mut SplitMix64, pages: usize, k: usize) -> Vec<u32> {
     let mut all: Vec<u32> = (0..pages as u32).collect();
     for i in 0..k {
@@ -450,6 +487,24 @@ mod tests {
             assert!(
                 (share - f64::from(pct) / 100.0).abs() < 0.01,
                 "{pattern} write-pct {pct}: store share {share}"
+            );
+        }
+    }
+
+    #[test]
+    fn hot_clusters_are_64k_at_one_offset_in_distinct_2m_regions() {
+        let plan = Plan::new(Pattern::HotClusters, 64 * 512, 40 * 16 + 5, 0, 3);
+        let hot = hot_list(&plan);
+        assert_eq!(plan.hot_count(), 40 * 16);
+        let offsets: std::collections::HashSet<usize> = hot.iter().map(|p| p % 512 / 16).collect();
+        assert_eq!(offsets.len(), 1, "one cluster offset in every region");
+        let regions: std::collections::HashSet<usize> = hot.iter().map(|p| p / 512).collect();
+        assert_eq!(regions.len(), 40);
+        for r in regions {
+            assert_eq!(
+                hot.iter().filter(|&&p| p / 512 == r).count(),
+                16,
+                "region {r}"
             );
         }
     }

@@ -193,7 +193,7 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
 done
 info "memory tiers:$tiers; cmdline: $(cat /proc/cmdline)"
 case $scenario in
-baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon) ;;
+baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole) ;;
 *)
 	err "unknown or missing pghot.scenario '$scenario'"
 	finish
@@ -212,8 +212,20 @@ else
 fi
 info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null) thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 
+# The TierBPF scenarios: THP=always, the hot set as 64 KiB clusters inside 2 MiB THPs (4 MiB:
+# one cluster in 64 of the buffer's 128 THPs), fed by emulated samples like pghotd-emu;
+# pghotd-thp-split runs pghotd with --split-thp, pghotd-thp-whole without admission.
+case $scenario in
+pghotd-thp-*)
+	echo always > /sys/kernel/mm/transparent_hugepage/enabled || err "cannot set THP=always"
+	RIG_PATTERN=hot-clusters
+	RIG_HOT_MB=4
+	RIG_WORKLOAD_ARGS="$RIG_WORKLOAD_ARGS --thp"
+	info "thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled) khugepaged scan_sleep_ms=$(cat /sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs) split_huge_pages=$([ -e /sys/kernel/debug/split_huge_pages ] && echo present || echo missing)"
+	;;
+esac
 wl_args="--size-mb $RIG_SIZE_MB --hot-mb $RIG_HOT_MB --pattern $RIG_PATTERN --node $RIG_NODE --duration $RIG_DURATION --threads $RIG_THREADS --report-ms $RIG_REPORT_MS"
-if [ "$scenario" = pghotd-emu ]; then
+if [ "$scenario" = pghotd-emu ] || [ "${scenario#pghotd-thp-}" != "$scenario" ]; then
 	mkfifo /tmp/samples.fifo
 	wl_args="$wl_args --emit-samples /tmp/samples.fifo --sample-period $RIG_SAMPLE_PERIOD"
 fi
@@ -266,9 +278,12 @@ watchdog=$!
 
 pghotd_sub=
 case $scenario in
-pghotd-emu)
+pghotd-emu | pghotd-thp-whole)
 	# pghotd opens the FIFO without waiting for a writer and ends when the writer closes.
 	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid"
+	;;
+pghotd-thp-split)
+	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid" --split-thp --admission-sample-period "$RIG_SAMPLE_PERIOD"
 	;;
 esac
 
@@ -339,7 +354,7 @@ damon)
 	done
 	echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state || err "cannot turn DAMON off"
 	;;
-pghotd-emu | pghotd-softdirty | pghotd-damon)
+pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole)
 	promoter_note=pghotd
 	# The workload closed the FIFO (emu) or exited (softdirty, damon); pghotd drains its
 	# migrators and exits.
@@ -380,7 +395,7 @@ wl_stime=${cpu#* }
 [ "$scenario" = numab2 ] && promoter_cpu=$wl_stime
 
 vm=$(awk 'NR == FNR { b[$1] = $2; next }
-	$1 ~ /^(numa_|pgpromote_|pgmigrate_|pgdemote_|thp_migration_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' \
+	$1 ~ /^(numa_|pgpromote_|pgmigrate_|pgdemote_|thp_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' \
 	/tmp/vmstat.before /tmp/vmstat.after)
 awk_sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
 echo "PGHOT-RIG-STATS scenario=$scenario errors=$errors wl_rc=$wl_rc wl_pid=${wl_pid:--} wl_utime_s=$wl_utime wl_stime_s=$wl_stime promoter=$promoter_note promoter_cpu_s=$promoter_cpu$extra$vm boot_s=$t_init placed_after_s=$(awk_sub "$t_placed" "$t_wl_start") workload_s=$(awk_sub "$t_wl_end" "$t_wl_start") teardown_s=$(awk_sub "$t_done" "$t_wl_end") guest_s=$(uptime_s)"

@@ -22,11 +22,14 @@ usage() {
 	cat >&2 <<'EOF'
 usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   SCENARIO            baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon,
-                      or all (the six, in that order)
+                      or all (the six, in that order); pghotd-thp-split and pghotd-thp-whole
+                      (THP=always, 4 MiB hot as 64 KiB clusters in 2 MiB THPs, pghotd with and
+                      without --split-thp; not in all)
   --quick             10 s workload instead of 30 s
   --duration SECS     workload duration (overrides --quick)
   --pattern NAME      pghot-workload --pattern (default hot-scattered)
-  --bar               check the pghotd-* scenarios that ran against their issues' bars:
+  --bar               check the pghotd-* scenarios that ran against their issues' bars
+                      (pghotd-thp-split: hot set >= 95 %, MB promoted / hot MB <= 1.5):
                       pghotd-emu: hot set >= 99 %, over-promotion <= 2 %, 0 hint faults, time
                       to 99 % <= numab2's if run; pghotd-softdirty: hot set >= 99 %,
                       over-promotion <= 5 %, 0 hint faults; pghotd-damon: hot set >= 99 %,
@@ -94,7 +97,7 @@ while [ $# -gt 0 ]; do
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
-	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
+	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole) scenarios+=("$1") ;;
 	-*) log "unknown option $1"; usage ;;
 	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all)"; usage ;;
 	esac
@@ -116,7 +119,7 @@ has() {
 	for s in "${scenarios[@]}"; do [ "$s" = "$1" ] && return 0; done
 	return 1
 }
-if [ "$bar" = 1 ] && ! has pghotd-emu && ! has pghotd-softdirty && ! has pghotd-damon; then
+if [ "$bar" = 1 ] && ! has pghotd-emu && ! has pghotd-softdirty && ! has pghotd-damon && ! has pghotd-thp-split; then
 	log "--bar checks the pghotd-* scenarios; add one to the scenarios"
 	usage
 fi
@@ -245,7 +248,9 @@ for s in "${scenarios[@]}"; do
 		def num: if type == "number" then . else null end;
 		def r1: if type == "number" then (. * 10 | round) / 10 else . end;
 		($wl.hot_mb | num) as $hot_mb
-		| (if ($scenario | startswith("pghotd-"))
+		# THP scenarios: pghotd counts folios, not pages; vmstat base pages are exact.
+		| ($scenario | startswith("pghotd-") and (startswith("pghotd-thp-") | not)) as $own
+		| (if $own
 			then (($pghotd.counters.pgpromote_success // null) | num)
 			else ($vm.pgmigrate_success | num) end) as $pages
 		| {scenario: $scenario}
@@ -255,7 +260,9 @@ for s in "${scenarios[@]}"; do
 			over_promotion_pct: (if $hot_mb and $hot_mb > 0 and ($wl.cold_fast_mb | num) != null
 				then ($wl.cold_fast_mb / $hot_mb * 100 | r1) else null end),
 			mb_promoted: (if $pages != null then ($pages * 4 / 1024 | r1) else null end),
-			mb_promoted_from: (if ($scenario | startswith("pghotd-")) then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
+			mb_promoted_from: (if $own then "pghotd pgpromote_success" else "vmstat pgmigrate_success" end),
+			promoted_per_hot_mb: (if $pages != null and $hot_mb and $hot_mb > 0
+				then ($pages * 4 / 1024 / $hot_mb * 100 | round) / 100 else null end),
 			time_to_90_s: $wl.time_to_90_s,
 			time_to_99_s: $wl.time_to_99_s,
 			promote_mb_per_s: $rate,
@@ -393,6 +400,10 @@ if [ "$bar" = 1 ]; then
 	if has pghotd-softdirty; then
 		bar_check pghotd-softdirty "$common_bar,
 			(if .over_promotion_pct != null and .over_promotion_pct <= 5 then empty else \"over-promotion \(.over_promotion_pct) % > 5 %\" end)"
+	fi
+	if has pghotd-thp-split; then
+		bar_check pghotd-thp-split "(if (.hot_fast_pct // -1) >= 95 then empty else \"hot clusters on fast nodes \(.hot_fast_pct) % < 95 %\" end),
+			(if .promoted_per_hot_mb != null and .promoted_per_hot_mb <= 1.5 then empty else \"MB promoted / hot MB \(.promoted_per_hot_mb) > 1.5\" end)"
 	fi
 	if has pghotd-damon; then
 		bar_check pghotd-damon "$common_bar,

@@ -1,0 +1,573 @@
+//! The migrator side of admission: runs on each batch before the watermark and the rate limit.
+//!
+//! 1. Duplex (Table 2): a candidate from a full-duplex node whose kind (read- or write-heavy)
+//!    goes against the node's dominant traffic is deferred: counted, and made eligible again
+//!    so a later sample offers it when the traffic has turned.
+//! 2. Granularity: candidates are grouped by (pid, 2 MiB region). With splitting configured,
+//!    the region's folios are read; a candidate in a large folio gets its process's split
+//!    decision. Split: write to debugfs, read the region again, and promote the hot subfolios
+//!    plus each candidate's own, one address per folio, charged at the folio's size. Any
+//!    other outcome promotes the folio whole (one address, charged at its size) and counts why.
+//!
+//! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
+//! without a candidate of their own ("riders") are counted in `thp_split_riders` and then end
+//! in an outcome counter too, so outcomes = candidates + riders.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::split::{MIN_SPLIT_ORDER, PMD_ORDER, SplitDecision, SplitPlan};
+use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
+use super::{Admission, duplex_admits};
+use crate::hotness::ingest::Candidate;
+use crate::hotness::{HotTable, PageKey};
+use crate::migrator::Admit;
+use crate::stats::{Counter, Stats};
+
+/// The admission a migrator runs; `K` is the kernel (or a fake).
+pub struct AdmissionGate<K: ThpKernel> {
+    admission: Arc<Admission>,
+    kernel: K,
+    /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
+    dry_run: bool,
+}
+
+/// Why a THP was promoted whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whole {
+    Uncontended,
+    FewSamples,
+    Flat,
+    Dense,
+}
+
+impl<K: ThpKernel> AdmissionGate<K> {
+    pub fn new(admission: Arc<Admission>, kernel: K, dry_run: bool) -> Self {
+        AdmissionGate {
+            admission,
+            kernel,
+            dry_run,
+        }
+    }
+
+    /// Table 2 for each candidate; returns those admitted.
+    fn duplex(&self, batch: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        let adm = &*self.admission;
+        batch.retain(|c| {
+            let Some(kind) = adm.page_kind(c.from_node, c.key) else {
+                return true;
+            };
+            let Some(traffic) = adm.traffic(c.from_node) else {
+                return true;
+            };
+            if duplex_admits(traffic.direction, kind) {
+                return true;
+            }
+            stats.add(Counter::PgpromoteDeferredDuplex, 1);
+            stats.add(
+                match kind {
+                    super::PageKind::WriteHeavy => Counter::AdmissionDeferredWriteHeavy,
+                    super::PageKind::ReadHeavy => Counter::AdmissionDeferredReadHeavy,
+                },
+                1,
+            );
+            table.unqueue(c.key);
+            false
+        });
+    }
+
+    /// One region's candidates (same pid, sorted by address) into `out`.
+    fn region(
+        &mut self,
+        group: &[Candidate],
+        out: &mut Vec<Candidate>,
+        stats: &Stats,
+        now: Instant,
+    ) {
+        let pid = group[0].key.pid();
+        let start = group[0].key.vaddr() & !(REGION_BYTES - 1);
+        let region = match self.kernel.region(pid, start) {
+            Ok(r) => r,
+            Err(e) => {
+                self.kernel_failed(&e);
+                stats.add(Counter::ThpSplitFailRegion, 1);
+                out.extend_from_slice(group);
+                return;
+            }
+        };
+        let in_large = |c: &Candidate| {
+            region
+                .folio_of(c.key.vaddr())
+                .is_some_and(|f| f.order() > 0)
+        };
+        if !group.iter().any(in_large) {
+            // Base pages (or gone): nothing to decide.
+            out.extend_from_slice(group);
+            return;
+        }
+        stats.add(Counter::ThpSplitCandidates, group.len() as u64);
+        let node = group[0].from_node;
+        let why_whole = if !self.admission.contended(node) {
+            Err(Whole::Uncontended)
+        } else {
+            match self.admission.decision(pid, now) {
+                SplitDecision::FewSamples { .. } => Err(Whole::FewSamples),
+                SplitDecision::Flat { .. } => Err(Whole::Flat),
+                SplitDecision::Split(p) if !p.splits() => Err(Whole::Dense),
+                SplitDecision::Split(p) => Ok(p),
+            }
+        };
+        let plan = match why_whole {
+            Ok(plan) => plan,
+            Err(why) => {
+                stats.add(
+                    match why {
+                        Whole::Uncontended => Counter::ThpSplitUncontended,
+                        Whole::FewSamples => Counter::ThpSplitFewSamples,
+                        Whole::Flat => Counter::ThpSplitFlat,
+                        Whole::Dense => Counter::ThpSplitDense,
+                    },
+                    1,
+                );
+                return by_folio(&region, group, out, stats);
+            }
+        };
+        let target_pages = 1u16 << plan.order;
+        let needs_split = group.iter().any(|c| {
+            region
+                .folio_of(c.key.vaddr())
+                .is_some_and(|f| f.folio_pages > target_pages)
+        });
+        if !needs_split {
+            // Split earlier (its riders went then): promote the candidates' own folios.
+            return by_folio(&region, group, out, stats);
+        }
+        let split = match self.split(pid, start, &region, &plan, group, stats) {
+            Some(r) => r,
+            None => return by_folio(&region, group, out, stats),
+        };
+        self.promote_split(&split, &plan, group, out, stats);
+    }
+
+    /// Splits the region and verifies it; `None` (counted) when it did not split.
+    fn split(
+        &mut self,
+        pid: u32,
+        start: u64,
+        region: &Region,
+        plan: &SplitPlan,
+        group: &[Candidate],
+        stats: &Stats,
+    ) -> Option<Region> {
+        let target_pages = 1u16 << plan.order;
+        let after = if self.dry_run {
+            stats.add(Counter::ThpSplitDryRun, 1);
+            let mut r = region.clone();
+            for (i, p) in r.pages.iter_mut().enumerate() {
+                if p.present && p.folio_pages > target_pages {
+                    p.folio_start = (i - i % usize::from(target_pages)) as u16;
+                    p.folio_pages = target_pages;
+                }
+            }
+            r
+        } else {
+            if let Err(e) = self
+                .kernel
+                .split(pid, start, start + REGION_BYTES, plan.order)
+            {
+                self.kernel_failed(&e);
+                stats.add(
+                    if e.is_unavailable() {
+                        Counter::ThpSplitFailUnavailable
+                    } else {
+                        Counter::ThpSplitFailOther
+                    },
+                    1,
+                );
+                return None;
+            }
+            match self.kernel.region(pid, start) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.kernel_failed(&e);
+                    stats.add(Counter::ThpSplitFailRegion, 1);
+                    return None;
+                }
+            }
+        };
+        // Verified when every candidate's folio is now at most the target size.
+        let split_ok = group.iter().all(|c| {
+            after
+                .folio_of(c.key.vaddr())
+                .is_none_or(|f| f.folio_pages <= target_pages)
+        });
+        if !split_ok {
+            // The kernel skipped it (pinned, locked, under migration): it says so only here.
+            stats.add(Counter::ThpSplitFailUnsplit, 1);
+            return None;
+        }
+        if !self.dry_run {
+            stats.add(split_counter(plan.order), 1);
+        }
+        Some(after)
+    }
+
+    /// The hot subfolios and each candidate's own, one address per folio.
+    fn promote_split(
+        &self,
+        region: &Region,
+        plan: &SplitPlan,
+        group: &[Candidate],
+        out: &mut Vec<Candidate>,
+        stats: &Stats,
+    ) {
+        let len = plan.subfolio_pages();
+        let sub_of = |c: &Candidate| ((c.key.vaddr() - region.start) / PAGE_SIZE) as usize / len;
+        let mut selected = 0u64;
+        let mut c = 0;
+        for j in 0..plan.subfolio_count() {
+            let first = c;
+            while c < group.len() && sub_of(&group[c]) == j {
+                c += 1;
+            }
+            let here = &group[first..c];
+            if !here.is_empty() {
+                selected += 1;
+                by_folio(region, here, out, stats);
+            } else if plan.hot_subfolios.contains(j) {
+                let vaddr = region.start + (j * len) as u64 * PAGE_SIZE;
+                let Some(folio) = region.folio_of(vaddr) else {
+                    continue; // nothing mapped there
+                };
+                let Some(key) = PageKey::new(group[0].key.pid(), vaddr) else {
+                    continue;
+                };
+                selected += 1;
+                stats.add(Counter::ThpSplitRiders, 1);
+                out.push(Candidate {
+                    key,
+                    bytes: u64::from(folio.folio_pages) * PAGE_SIZE,
+                    ..group[0]
+                });
+            }
+        }
+        stats.add(Counter::ThpSubfoliosSelected, selected);
+        stats.add(
+            Counter::ThpSubfoliosLeft,
+            plan.subfolio_count() as u64 - selected,
+        );
+    }
+
+    fn kernel_failed(&self, e: &ThpError) {
+        if e.is_unavailable() {
+            if self.admission.mark_split_unavailable() {
+                tracing::warn!("THP splitting turned off, THPs are promoted whole: {e}");
+            }
+        } else {
+            tracing::debug!("THP admission: {e}");
+        }
+    }
+}
+
+/// One address per folio: the first candidate in each folio moves it, charged at the folio's
+/// size; later ones in the same folio are counted `pgpromote_same_folio`.
+fn by_folio(region: &Region, group: &[Candidate], out: &mut Vec<Candidate>, stats: &Stats) {
+    let mut last_folio: Option<u16> = None;
+    for c in group {
+        match region.folio_of(c.key.vaddr()) {
+            Some(f) if f.order() > 0 => {
+                if last_folio == Some(f.folio_start) {
+                    stats.add(Counter::PgpromoteSameFolio, 1);
+                    continue;
+                }
+                last_folio = Some(f.folio_start);
+                if f.order() >= PMD_ORDER {
+                    stats.add(Counter::ThpWholePromotions, 1);
+                }
+                out.push(Candidate {
+                    bytes: u64::from(f.folio_pages) * PAGE_SIZE,
+                    ..*c
+                });
+            }
+            _ => out.push(*c),
+        }
+    }
+}
+
+fn split_counter(order: u8) -> Counter {
+    match order {
+        o if o <= MIN_SPLIT_ORDER => Counter::ThpSplitOrder64k,
+        5 => Counter::ThpSplitOrder128k,
+        6 => Counter::ThpSplitOrder256k,
+        7 => Counter::ThpSplitOrder512k,
+        _ => Counter::ThpSplitOrder1m,
+    }
+}
+
+impl<K: ThpKernel> Admit for AdmissionGate<K> {
+    fn admit(&mut self, batch: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        if !self.admission.config().full_duplex_nodes.is_empty() {
+            self.duplex(batch, table, stats);
+        }
+        if !self.admission.split_enabled() || batch.is_empty() {
+            return;
+        }
+        batch.sort_unstable_by_key(|c| (c.key.pid(), c.key.vaddr()));
+        let now = Instant::now();
+        let mut out = Vec::with_capacity(batch.len());
+        let mut start = 0;
+        while start < batch.len() {
+            let region = |c: &Candidate| (c.key.pid(), c.key.vaddr() / REGION_BYTES);
+            let r = region(&batch[start]);
+            let end = start + batch[start..].iter().take_while(|c| region(c) == r).count();
+            self.region(&batch[start..end], &mut out, stats, now);
+            start = end;
+        }
+        *batch = out;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::split::SUBPAGES;
+    use super::super::thp::fake::FakeThp;
+    use super::super::{AdmissionConfig, LocalAdmission};
+    use super::*;
+    use crate::hotness::HotPolicy;
+    use crate::sampler::{AccessOp, SourceKind};
+
+    const PID: u32 = 10;
+    const BASE: u64 = 0x7f00_0000_0000;
+
+    fn cand(vaddr: u64) -> Candidate {
+        Candidate {
+            key: PageKey::new(PID, vaddr).unwrap(),
+            from_node: 2,
+            to_node: 0,
+            bytes: PAGE_SIZE,
+            source: SourceKind::Trace,
+        }
+    }
+
+    fn feed(adm: &Admission, local: &mut LocalAdmission, vaddr: u64, op: AccessOp, t: u64) {
+        let s = super::super::tests::sample(PID, vaddr, op, t);
+        local.observe(adm, &s, PageKey::new(PID, vaddr).unwrap(), 2);
+    }
+
+    /// Samples a 64 KiB cluster at subpage 256 of four THPs.
+    fn clustered(config: AdmissionConfig) -> Arc<Admission> {
+        let adm = Arc::new(Admission::new(config, 2));
+        let mut local = adm.local();
+        for t in 0..2000u64 {
+            let v = BASE + (t % 4) * REGION_BYTES + (256 + t % 16) * PAGE_SIZE;
+            feed(&adm, &mut local, v, AccessOp::Load, t * 1_000_000);
+        }
+        local.flush(&adm);
+        adm
+    }
+
+    fn split_config() -> AdmissionConfig {
+        AdmissionConfig {
+            split: true,
+            ..AdmissionConfig::default()
+        }
+    }
+
+    struct Rig {
+        gate: AdmissionGate<FakeThp>,
+        table: HotTable,
+        stats: Stats,
+    }
+
+    fn rig(adm: Arc<Admission>, kernel: FakeThp) -> Rig {
+        Rig {
+            gate: AdmissionGate::new(adm, kernel, false),
+            table: HotTable::new(4096, HotPolicy::default()),
+            stats: Stats::new(),
+        }
+    }
+
+    impl Rig {
+        fn admit(&mut self, batch: &mut Vec<Candidate>) {
+            self.gate.admit(batch, &self.table, &self.stats);
+        }
+        fn get(&self, c: Counter) -> u64 {
+            self.stats.get(c)
+        }
+    }
+
+    #[test]
+    fn a_thp_with_a_hot_64k_cluster_is_split_and_only_that_subfolio_moves() {
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        let mut rig = rig(clustered(split_config()), k);
+        // Two candidates in the hot cluster, one cold page sampled once (in subfolio 3).
+        let mut batch = vec![
+            cand(BASE + 260 * PAGE_SIZE),
+            cand(BASE + 258 * PAGE_SIZE),
+            cand(BASE + 50 * PAGE_SIZE),
+        ];
+        rig.admit(&mut batch);
+        assert_eq!(
+            rig.gate.kernel.splits,
+            vec![(PID, BASE, BASE + REGION_BYTES, 4)]
+        );
+        let moves: Vec<(u64, u64)> = batch
+            .iter()
+            .map(|c| ((c.key.vaddr() - BASE) / PAGE_SIZE, c.bytes))
+            .collect();
+        // The sampled cold subfolio and the hot one, one address each, 64 KiB each.
+        assert_eq!(moves, vec![(50, 65536), (258, 65536)]);
+        assert_eq!(rig.get(Counter::ThpSplitOrder64k), 1);
+        assert_eq!(rig.get(Counter::PgpromoteSameFolio), 1);
+        assert_eq!(rig.get(Counter::ThpSubfoliosSelected), 2);
+        assert_eq!(rig.get(Counter::ThpSubfoliosLeft), 30);
+        assert_eq!(rig.get(Counter::ThpSplitRiders), 0);
+    }
+
+    #[test]
+    fn hot_subfolios_without_a_candidate_ride_along() {
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE + REGION_BYTES);
+        let mut rig = rig(clustered(split_config()), k);
+        let mut batch = vec![cand(BASE + REGION_BYTES + 7 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        let moves: Vec<u64> = batch
+            .iter()
+            .map(|c| (c.key.vaddr() - BASE - REGION_BYTES) / PAGE_SIZE)
+            .collect();
+        assert_eq!(moves, vec![7, 256]);
+        assert_eq!(rig.get(Counter::ThpSplitRiders), 1);
+        assert!(batch.iter().all(|c| c.bytes == 65536));
+    }
+
+    #[test]
+    fn an_unsplit_thp_is_promoted_whole_with_a_counted_reason() {
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        k.refuse = true;
+        let mut rig = rig(clustered(split_config()), k);
+        let mut batch = vec![cand(BASE + 260 * PAGE_SIZE), cand(BASE + 300 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        assert_eq!(rig.get(Counter::ThpSplitFailUnsplit), 1);
+        assert_eq!(rig.get(Counter::ThpWholePromotions), 1);
+        assert_eq!(rig.get(Counter::PgpromoteSameFolio), 1);
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].bytes, REGION_BYTES);
+    }
+
+    #[test]
+    fn no_debugfs_turns_splitting_off_once_and_promotes_whole() {
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        k.thp(PID, BASE + REGION_BYTES);
+        k.unavailable = true;
+        let adm = clustered(split_config());
+        let mut rig = rig(Arc::clone(&adm), k);
+        let mut batch = vec![cand(BASE + 260 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        assert_eq!(rig.get(Counter::ThpSplitFailUnavailable), 1);
+        assert_eq!(batch[0].bytes, REGION_BYTES);
+        assert!(!adm.split_enabled());
+        // Later batches pass through untouched (charged per base page, as without admission).
+        let mut batch = vec![cand(BASE + REGION_BYTES + 260 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        assert_eq!(batch[0].bytes, PAGE_SIZE);
+        assert_eq!(rig.get(Counter::ThpSplitFailUnavailable), 1);
+    }
+
+    #[test]
+    fn flat_uncontended_and_base_pages_are_not_split() {
+        // Flat: every subpage sampled alike.
+        let adm = Arc::new(Admission::new(split_config(), 2));
+        let mut local = adm.local();
+        for t in 0..(SUBPAGES as u64 * 4) {
+            feed(
+                &adm,
+                &mut local,
+                BASE + (t % 512) * PAGE_SIZE,
+                AccessOp::Load,
+                t,
+            );
+        }
+        local.flush(&adm);
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        let mut rig = rig(adm, k);
+        let mut batch = vec![cand(BASE + 3 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        assert_eq!(rig.get(Counter::ThpSplitFlat), 1);
+        assert!(rig.gate.kernel.splits.is_empty());
+        assert_eq!(batch[0].bytes, REGION_BYTES);
+
+        // Contention threshold never reached.
+        let adm = clustered(AdmissionConfig {
+            split_contention_mbps: 1 << 20,
+            ..split_config()
+        });
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        let mut rig2 = super::tests::rig(adm, k);
+        let mut batch = vec![cand(BASE + 260 * PAGE_SIZE)];
+        rig2.admit(&mut batch);
+        assert_eq!(rig2.get(Counter::ThpSplitUncontended), 1);
+        assert!(rig2.gate.kernel.splits.is_empty());
+
+        // Base pages: untouched, nothing counted.
+        let mut batch = vec![cand(BASE + 9 * REGION_BYTES)];
+        rig2.admit(&mut batch);
+        assert_eq!(batch[0].bytes, PAGE_SIZE);
+        assert_eq!(rig2.get(Counter::ThpSplitCandidates), 1);
+    }
+
+    #[test]
+    fn dry_run_plans_the_split_without_writing() {
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        let mut rig = rig(clustered(split_config()), k);
+        rig.gate.dry_run = true;
+        let mut batch = vec![cand(BASE + 260 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        assert!(rig.gate.kernel.splits.is_empty());
+        assert_eq!(rig.get(Counter::ThpSplitDryRun), 1);
+        assert_eq!(batch[0].bytes, 65536);
+    }
+
+    #[test]
+    fn duplex_defers_write_heavy_pages_under_read_dominant_traffic() {
+        let config = AdmissionConfig {
+            full_duplex_nodes: vec![2],
+            ..AdmissionConfig::default()
+        };
+        let adm = Arc::new(Admission::new(config, 2));
+        let mut local = adm.local();
+        let (reader, writer) = (BASE, BASE + PAGE_SIZE);
+        // 90 % of traffic loads on `reader`, `writer` mostly stored to.
+        for t in 0..1000u64 {
+            let (v, op) = if t % 10 == 0 {
+                (writer, AccessOp::Store)
+            } else {
+                (reader, AccessOp::Load)
+            };
+            feed(&adm, &mut local, v, op, t * 2_000_000);
+        }
+        local.flush(&adm);
+        let mut rig = rig(adm, FakeThp::default());
+        rig.table.record(&crate::hotness::Access {
+            key: cand(writer).key,
+            time_ns: 0,
+            node: 2,
+            op: AccessOp::Store,
+        });
+        let mut batch = vec![cand(reader), cand(writer), cand(BASE + 9 * PAGE_SIZE)];
+        rig.admit(&mut batch);
+        let kept: Vec<u64> = batch.iter().map(|c| c.key.vaddr()).collect();
+        assert_eq!(
+            kept,
+            vec![reader, BASE + 9 * PAGE_SIZE],
+            "never-seen pages pass"
+        );
+        assert_eq!(rig.get(Counter::PgpromoteDeferredDuplex), 1);
+        assert_eq!(rig.get(Counter::AdmissionDeferredWriteHeavy), 1);
+    }
+}

@@ -1,0 +1,459 @@
+//! The kernel side of splitting: what folios a 2 MiB region is made of (`/proc/PID/pagemap` and
+//! `/proc/kpageflags`), and splitting a THP to a lower order through
+//! `/sys/kernel/debug/split_huge_pages` (`pid,0xstart,0xend,new_order`, Linux 6.10+).
+//!
+//! The debugfs write returns success even when it split nothing (a pinned, locked or
+//! under-migration folio is skipped silently), so every split is verified by reading the
+//! region again. Facts: `../shared/reference/kernel-mm.md` §2.2-2.5.
+
+use std::fs::File;
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::split::SUBPAGES;
+
+/// pagemap: page present.
+const PM_PRESENT: u64 = 1 << 63;
+/// pagemap: PFN bits 0-54 (zero unless the opener has CAP_SYS_ADMIN).
+const PM_PFN_MASK: u64 = (1 << 55) - 1;
+/// kpageflags bits (include/uapi/linux/kernel-page-flags.h).
+const KPF_COMPOUND_HEAD: u64 = 1 << 15;
+const KPF_COMPOUND_TAIL: u64 = 1 << 16;
+const KPF_HUGE: u64 = 1 << 17;
+const KPF_THP: u64 = 1 << 22;
+
+pub const PAGE_SIZE: u64 = 4096;
+pub const REGION_BYTES: u64 = SUBPAGES as u64 * PAGE_SIZE;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ThpError {
+    #[error("reading {}: {source}", path.display())]
+    Pagemap {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} shows no page frame numbers: pghotd needs CAP_SYS_ADMIN to see folio sizes",
+        path.display()
+    )]
+    PfnHidden { path: PathBuf },
+    #[error("reading {}: {source}", path.display())]
+    Kpageflags {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{} is not usable ({source}); splitting needs root, debugfs mounted and no kernel \
+         lockdown (mount -t debugfs none /sys/kernel/debug)",
+        path.display()
+    )]
+    SplitUnavailable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing '{line}' to {}: {source}", path.display())]
+    SplitWrite {
+        path: PathBuf,
+        line: String,
+        source: std::io::Error,
+    },
+}
+
+impl ThpError {
+    /// Whether splitting cannot work on this machine at all (as opposed to this once).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            ThpError::SplitUnavailable { .. } | ThpError::PfnHidden { .. }
+        )
+    }
+}
+
+/// One 4 KiB page of a region: not present, or in a folio of `folio_pages` starting at
+/// subpage `folio_start`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PageFolio {
+    pub present: bool,
+    pub folio_start: u16,
+    pub folio_pages: u16,
+}
+
+impl PageFolio {
+    /// log2 of the folio's pages (9 for a PMD THP, 0 for a base page).
+    pub fn order(&self) -> u8 {
+        u16::BITS as u8 - 1 - self.folio_pages.max(1).leading_zeros() as u8
+    }
+}
+
+/// The folios of one 2 MiB-aligned region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub pages: [PageFolio; SUBPAGES],
+}
+
+impl Region {
+    /// The region from raw pagemap entries and the kpageflags of their PFNs (0 where absent).
+    pub fn from_raw(start: u64, pagemap: &[u64; SUBPAGES], flags: &[u64; SUBPAGES]) -> Region {
+        let mut pages = [PageFolio::default(); SUBPAGES];
+        let pfn = |i: usize| pagemap[i] & PM_PFN_MASK;
+        let present = |i: usize| pagemap[i] & PM_PRESENT != 0;
+        let mut i = 0;
+        while i < SUBPAGES {
+            if !present(i) {
+                i += 1;
+                continue;
+            }
+            // A large THP folio (not hugetlb) runs from a head (or a tail whose head lies
+            // before the region) over the tails that follow with consecutive PFNs.
+            let compound = flags[i] & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
+                && flags[i] & KPF_THP != 0
+                && flags[i] & KPF_HUGE == 0;
+            let mut end = i + 1;
+            if compound {
+                while end < SUBPAGES
+                    && present(end)
+                    && flags[end] & KPF_COMPOUND_TAIL != 0
+                    && pfn(end) == pfn(i) + (end - i) as u64
+                {
+                    end += 1;
+                }
+            }
+            for p in &mut pages[i..end] {
+                *p = PageFolio {
+                    present: true,
+                    folio_start: i as u16,
+                    folio_pages: (end - i) as u16,
+                };
+            }
+            i = end;
+        }
+        Region { start, pages }
+    }
+
+    /// The folio holding `vaddr`, if present.
+    pub fn folio_of(&self, vaddr: u64) -> Option<PageFolio> {
+        let i = ((vaddr - self.start) / PAGE_SIZE) as usize;
+        self.pages.get(i).copied().filter(|p| p.present)
+    }
+}
+
+/// What the admission needs from the kernel; a fake in tests.
+pub trait ThpKernel: Send {
+    /// The folios of the 2 MiB region at `start` (aligned) of `pid`.
+    fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError>;
+    /// Splits the THPs in `[start, end)` of `pid` to `order`. Success does not mean anything
+    /// split: read the region again.
+    fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError>;
+}
+
+/// The real interfaces, under `proc_root` (normally `/proc`) and `split_path` (normally
+/// `/sys/kernel/debug/split_huge_pages`); tests point both into a fixture tree.
+pub struct SysThp {
+    proc_root: PathBuf,
+    split_path: PathBuf,
+    kpageflags: Option<File>,
+}
+
+impl SysThp {
+    pub fn new(proc_root: impl Into<PathBuf>, split_path: impl Into<PathBuf>) -> SysThp {
+        SysThp {
+            proc_root: proc_root.into(),
+            split_path: split_path.into(),
+            kpageflags: None,
+        }
+    }
+
+    pub fn system() -> SysThp {
+        SysThp::new("/proc", "/sys/kernel/debug/split_huge_pages")
+    }
+
+    pub fn split_path(&self) -> &Path {
+        &self.split_path
+    }
+
+    fn kpageflags(&mut self) -> Result<&File, ThpError> {
+        let file = match self.kpageflags.take() {
+            Some(f) => f,
+            None => {
+                let path = self.proc_root.join("kpageflags");
+                File::open(&path).map_err(|source| ThpError::Kpageflags { path, source })?
+            }
+        };
+        Ok(self.kpageflags.insert(file))
+    }
+}
+
+/// Reads `out.len()` u64 entries at entry index `index`; entries past the end of the file read
+/// as 0 (a fixture, or a PFN beyond the last one).
+fn read_entries(file: &File, index: u64, out: &mut [u64]) -> std::io::Result<()> {
+    let mut buf = vec![0u8; out.len() * 8];
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], index * 8 + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for (o, chunk) in out.iter_mut().zip(buf.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *o = u64::from_ne_bytes(b);
+    }
+    Ok(())
+}
+
+impl ThpKernel for SysThp {
+    fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
+        let path = self.proc_root.join(pid.to_string()).join("pagemap");
+        let pm_err = |source| ThpError::Pagemap {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(pm_err)?;
+        let mut pagemap = [0u64; SUBPAGES];
+        read_entries(&file, start / PAGE_SIZE, &mut pagemap).map_err(pm_err)?;
+        if pagemap
+            .iter()
+            .any(|&e| e & PM_PRESENT != 0 && e & PM_PFN_MASK == 0)
+        {
+            return Err(ThpError::PfnHidden { path });
+        }
+        let kpf_path = self.proc_root.join("kpageflags");
+        let kpf = self.kpageflags()?;
+        let mut flags = [0u64; SUBPAGES];
+        // One read per run of consecutive PFNs (a whole THP is one run).
+        let mut i = 0;
+        while i < SUBPAGES {
+            if pagemap[i] & PM_PRESENT == 0 {
+                i += 1;
+                continue;
+            }
+            let pfn = pagemap[i] & PM_PFN_MASK;
+            let mut end = i + 1;
+            while end < SUBPAGES
+                && pagemap[end] & PM_PRESENT != 0
+                && pagemap[end] & PM_PFN_MASK == pfn + (end - i) as u64
+            {
+                end += 1;
+            }
+            read_entries(kpf, pfn, &mut flags[i..end]).map_err(|source| ThpError::Kpageflags {
+                path: kpf_path.clone(),
+                source,
+            })?;
+            i = end;
+        }
+        Ok(Region::from_raw(start, &pagemap, &flags))
+    }
+
+    fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError> {
+        // One write of at most 255 bytes; addresses must be 0x-prefixed hex.
+        let line = format!("{pid},{start:#x},{end:#x},{order}");
+        let path = &self.split_path;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| match source.kind() {
+                ErrorKind::NotFound
+                | ErrorKind::PermissionDenied
+                | ErrorKind::ReadOnlyFilesystem => ThpError::SplitUnavailable {
+                    path: path.clone(),
+                    source,
+                },
+                _ => ThpError::SplitWrite {
+                    path: path.clone(),
+                    line: line.clone(),
+                    source,
+                },
+            })?;
+        file.write_all(line.as_bytes()).map_err(|source| {
+            // Lockdown refuses the write itself with EPERM.
+            if source.raw_os_error() == Some(libc::EPERM) {
+                ThpError::SplitUnavailable {
+                    path: path.clone(),
+                    source,
+                }
+            } else {
+                ThpError::SplitWrite {
+                    path: path.clone(),
+                    line,
+                    source,
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A kernel of THPs in memory: regions of folios, and a split that really splits them
+    //! unless told to skip (as the kernel does with a pinned folio).
+
+    use super::*;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    pub(crate) struct FakeThp {
+        /// (pid, region start) -> folio pages per subpage (0: not present).
+        pub(crate) regions: HashMap<(u32, u64), [u16; SUBPAGES]>,
+        pub(crate) splits: Vec<(u32, u64, u64, u8)>,
+        /// Split writes succeed but change nothing (pinned folios).
+        pub(crate) refuse: bool,
+        pub(crate) unavailable: bool,
+    }
+
+    impl FakeThp {
+        /// A PMD THP at `start`.
+        pub(crate) fn thp(&mut self, pid: u32, start: u64) {
+            self.regions
+                .insert((pid, start), [SUBPAGES as u16; SUBPAGES]);
+        }
+    }
+
+    impl ThpKernel for FakeThp {
+        fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
+            let sizes = self
+                .regions
+                .get(&(pid, start))
+                .copied()
+                .unwrap_or([0; SUBPAGES]);
+            let mut pages = [PageFolio::default(); SUBPAGES];
+            for (i, p) in pages.iter_mut().enumerate() {
+                let size = sizes[i];
+                if size > 0 {
+                    *p = PageFolio {
+                        present: true,
+                        folio_start: (i - i % size as usize) as u16,
+                        folio_pages: size,
+                    };
+                }
+            }
+            Ok(Region { start, pages })
+        }
+
+        fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError> {
+            if self.unavailable {
+                return Err(ThpError::SplitUnavailable {
+                    path: PathBuf::from("/sys/kernel/debug/split_huge_pages"),
+                    source: std::io::Error::from(ErrorKind::NotFound),
+                });
+            }
+            self.splits.push((pid, start, end, order));
+            if !self.refuse
+                && let Some(sizes) = self.regions.get_mut(&(pid, start))
+            {
+                for s in sizes.iter_mut() {
+                    if *s > 1 << order {
+                        *s = 1 << order;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes a sparse pagemap for pid 77 and a kpageflags file under `root`.
+    fn fixture(root: &Path, entries: &[(u64, u64)], kpf: &[(u64, u64)]) {
+        let dir = root.join("77");
+        std::fs::create_dir_all(&dir).unwrap();
+        let pm = File::create(dir.join("pagemap")).unwrap();
+        for &(vaddr, entry) in entries {
+            pm.write_all_at(&entry.to_ne_bytes(), vaddr / PAGE_SIZE * 8)
+                .unwrap();
+        }
+        let f = File::create(root.join("kpageflags")).unwrap();
+        for &(pfn, flags) in kpf {
+            f.write_all_at(&flags.to_ne_bytes(), pfn * 8).unwrap();
+        }
+    }
+
+    const START: u64 = 0x7f00_0020_0000;
+
+    #[test]
+    fn a_pmd_thp_reads_as_one_512_page_folio() {
+        let dir = tempfile::tempdir().unwrap();
+        let head = 0x40000u64;
+        let entries: Vec<_> = (0..512)
+            .map(|i| (START + i * PAGE_SIZE, PM_PRESENT | (head + i)))
+            .collect();
+        let kpf: Vec<_> = (0..512)
+            .map(|i| {
+                let part = if i == 0 {
+                    KPF_COMPOUND_HEAD
+                } else {
+                    KPF_COMPOUND_TAIL
+                };
+                (head + i, part | KPF_THP)
+            })
+            .collect();
+        fixture(dir.path(), &entries, &kpf);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        let r = k.region(77, START).unwrap();
+        let f = r.folio_of(START + 300 * PAGE_SIZE).unwrap();
+        assert_eq!((f.folio_start, f.folio_pages, f.order()), (0, 512, 9));
+    }
+
+    #[test]
+    fn split_folios_base_pages_and_holes_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut entries = Vec::new();
+        let mut kpf = Vec::new();
+        // Subpages 0..32: two order-4 folios (PFN 0x1000.., 0x2000..); 32: a base page; 33..:
+        // absent.
+        for i in 0..32u64 {
+            let pfn = if i < 16 { 0x1000 + i } else { 0x2000 + i - 16 };
+            let part = if i % 16 == 0 {
+                KPF_COMPOUND_HEAD
+            } else {
+                KPF_COMPOUND_TAIL
+            };
+            entries.push((START + i * PAGE_SIZE, PM_PRESENT | pfn));
+            kpf.push((pfn, part | KPF_THP));
+        }
+        entries.push((START + 32 * PAGE_SIZE, PM_PRESENT | 0x3000));
+        kpf.push((0x3000, 1 << 5)); // LRU only
+        fixture(dir.path(), &entries, &kpf);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        let r = k.region(77, START).unwrap();
+        let at = |i: u64| r.folio_of(START + i * PAGE_SIZE);
+        assert_eq!(at(3).map(|f| (f.folio_start, f.order())), Some((0, 4)));
+        assert_eq!(at(20).map(|f| (f.folio_start, f.order())), Some((16, 4)));
+        assert_eq!(at(32).map(|f| f.order()), Some(0));
+        assert_eq!(at(40), None);
+    }
+
+    #[test]
+    fn hidden_pfns_are_an_error_naming_the_capability() {
+        let dir = tempfile::tempdir().unwrap();
+        fixture(dir.path(), &[(START, PM_PRESENT)], &[]);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        let err = k.region(77, START).unwrap_err();
+        assert!(err.is_unavailable());
+        assert!(err.to_string().contains("CAP_SYS_ADMIN"), "{err}");
+    }
+
+    #[test]
+    fn split_writes_the_pid_range_and_order_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("split_huge_pages");
+        File::create(&path).unwrap();
+        let mut k = SysThp::new(dir.path(), &path);
+        k.split(77, START, START + REGION_BYTES, 4).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "77,0x7f0000200000,0x7f0000400000,4"
+        );
+        let mut k = SysThp::new(dir.path(), dir.path().join("missing"));
+        let err = k.split(77, START, START + REGION_BYTES, 4).unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        assert!(err.to_string().contains("mount -t debugfs"), "{err}");
+    }
+}
