@@ -14,6 +14,7 @@ pub mod hotness;
 pub mod migrator;
 pub mod pidstats;
 pub mod sampler;
+pub mod sim;
 pub mod stats;
 pub mod topology;
 pub mod view;

@@ -61,8 +61,11 @@ pub struct AdaptiveConfig {
     pub initial_period: u64,
     /// The longest period used once the hot set is covered.
     pub idle_period: u64,
-    /// New candidates per sample below which an interval counts as "covered".
+    /// New candidates per sample below which an interval may count as "covered".
     pub covered_candidates_per_sample: f64,
+    /// ... and the share of samples on a lower tier it must stay under: with a high
+    /// threshold few pages qualify per interval, yet most accesses still go to slow memory.
+    pub covered_lower_tier_share: f64,
 }
 
 impl AdaptiveConfig {
@@ -74,6 +77,7 @@ impl AdaptiveConfig {
             initial_period: 10_000,
             idle_period: 80_000,
             covered_candidates_per_sample: 0.002,
+            covered_lower_tier_share: 0.25,
         }
     }
 }
@@ -88,6 +92,9 @@ pub struct IntervalSignals {
     pub samples: u64,
     /// Pages that became promotion candidates.
     pub new_candidates: u64,
+    /// Samples of pages on a lower tier (`hwhint_extmem_accesses`): the part of the access
+    /// stream the fast tier does not serve yet.
+    pub lower_tier_samples: u64,
 }
 
 /// Consecutive covered intervals before the period is raised.
@@ -102,6 +109,10 @@ pub struct PeriodController {
     config: AdaptiveConfig,
     period: u64,
     covered_streak: u32,
+    /// The last period used while the hot set was being found: where to return at once when
+    /// candidates reappear after an idle stretch (a shifted hot set), instead of halving back
+    /// down from the idle period one interval at a time.
+    working_period: Option<u64>,
 }
 
 impl PeriodController {
@@ -110,6 +121,7 @@ impl PeriodController {
             period: config.range.clamp(config.initial_period),
             config,
             covered_streak: 0,
+            working_period: None,
         }
     }
 
@@ -126,8 +138,11 @@ impl PeriodController {
         let cpu_pct = s.cpu_time.as_secs_f64() / secs * 100.0;
         let budget = self.config.cpu_budget_pct.max(0.01);
         let current = self.period as f64;
-        let covered =
-            s.new_candidates as f64 <= self.config.covered_candidates_per_sample * s.samples as f64;
+        let samples = s.samples as f64;
+        let covered = s.new_candidates as f64
+            <= self.config.covered_candidates_per_sample * samples
+            && s.lower_tier_samples as f64 <= self.config.covered_lower_tier_share * samples;
+        let was_idle = self.covered_streak >= COVERED_INTERVALS;
         self.covered_streak = if covered { self.covered_streak + 1 } else { 0 };
         let next = if cpu_pct > budget {
             // Cost scales with the sample rate, which scales with 1 / period.
@@ -140,13 +155,20 @@ impl PeriodController {
             } else {
                 current / 2.0
             };
-            affordable.clamp(current / 2.0, current)
+            let step = affordable.clamp(current / 2.0, current);
+            match self.working_period {
+                Some(w) if was_idle => step.min(w as f64),
+                _ => step,
+            }
         } else if self.covered_streak >= COVERED_INTERVALS {
             (current * 2.0).min(self.config.idle_period.max(self.period) as f64)
         } else {
             current
         };
         self.period = self.config.range.clamp(next as u64);
+        if !covered {
+            self.working_period = Some(self.period);
+        }
         self.period
     }
 }
@@ -161,6 +183,7 @@ mod tests {
             cpu_time: Duration::from_millis(cpu_ms),
             samples,
             new_candidates,
+            lower_tier_samples: samples / 10,
         }
     }
 
@@ -209,8 +232,21 @@ mod tests {
             c.update(&signals(1, 100, 0));
         }
         assert_eq!(c.period(), 80_000, "capped at the idle period");
-        // The hot set moved: candidates again.
-        assert_eq!(c.update(&signals(1, 100, 50)), 40_000);
+        // The hot set moved: candidates again, and straight back to the working period.
+        assert_eq!(c.update(&signals(1, 100, 50)), 4992);
+    }
+
+    #[test]
+    fn few_candidates_with_most_samples_still_slow_is_not_covered() {
+        let mut c = PeriodController::new(AdaptiveConfig::ibs(5.0));
+        let slow = IntervalSignals {
+            lower_tier_samples: 900,
+            ..signals(10, 1000, 1)
+        };
+        for _ in 0..5 {
+            c.update(&slow);
+        }
+        assert!(c.period() < 10_000, "{}", c.period());
     }
 
     #[test]
