@@ -43,6 +43,28 @@ pub struct CpuEvents {
 }
 
 impl CpuEvents {
+    /// Sets the sampling period of every event (PERF_EVENT_IOC_PERIOD); the kernel applies it
+    /// from the event's next overflow.
+    pub fn set_period(&self, period: u64) -> io::Result<()> {
+        for counter in &self.counters {
+            // SAFETY: the fd is an open perf event owned by `counter`; PERF_EVENT_IOC_PERIOD
+            // reads one u64 through the pointer, which points at a live local for the call.
+            // (perf-event-open-sys types this ioctl's argument as a u64 value, not a pointer,
+            // so it is called through libc.)
+            let rc = unsafe {
+                libc::ioctl(
+                    counter.as_raw_fd(),
+                    perf_event_open_sys::bindings::PERIOD as _,
+                    &period as *const u64,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
     /// The fd of the event that owns the ring (poll it for POLLIN).
     pub fn fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the counter owns this open fd and lives as long as `self`, which the returned
