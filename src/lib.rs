@@ -20,6 +20,7 @@ pub mod pidstats;
 pub mod sampler;
 pub mod scope;
 pub mod service;
+pub mod sim;
 pub mod stats;
 pub mod topology;
 pub mod view;

@@ -178,6 +178,13 @@ counters! {
     ThpSplitFailRegion => "thp_split_fail_region",
     /// Whole: the split write failed otherwise.
     ThpSplitFailOther => "thp_split_fail_other",
+    /// Candidates held back because the fast tier has room only for hotter ones
+    /// (capacity-aware admission); offered again on their next sample.
+    PgpromoteFailCold => "pgpromote_fail_cold",
+    /// Pages pghotd promoted earlier and moved back to a lower tier (`demote = true`).
+    PgdemoteSuccess => "pgdemote_success",
+    /// Demotions that did not happen (the page vanished, is busy, or the call failed).
+    PgdemoteFail => "pgdemote_fail",
     /// Pages moved by an operator's `pghotctl migrate`.
     PgmigrateManualSuccess => "pgmigrate_manual_success",
     /// Bytes moved by `pghotctl migrate` (4 KiB per page).

@@ -101,6 +101,8 @@ pub struct RawConfig {
     pub heat_halflife_ms: Option<Spanned<i64>>,
     pub pids: Option<Spanned<Vec<i64>>>,
     pub dry_run: Option<Spanned<bool>>,
+    pub demote: Option<Spanned<bool>>,
+    pub demote_free_pct: Option<Spanned<i64>>,
     pub sysfs_root: Option<Spanned<String>>,
     pub perf: Option<RawPerf>,
     pub pagefault: Option<RawPageFault>,
@@ -196,6 +198,13 @@ pub struct TunableArgs {
     /// Decide and count, but move nothing; trace pids need not exist.
     #[arg(long)]
     pub dry_run: bool,
+    /// Move the coldest pages pghotd promoted back to the lower tier when a fast node falls
+    /// under demote_free_pct free [default: off].
+    #[arg(long)]
+    pub demote: bool,
+    /// Low watermark for demotion, % of a fast node's memory kept free [default: 5].
+    #[arg(long, value_name = "PCT")]
+    pub demote_free_pct: Option<i64>,
     /// Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came from).
     #[arg(long, value_name = "DIR")]
     pub sysfs_root: Option<PathBuf>,
@@ -371,6 +380,7 @@ pub mod limits {
     pub const PROMOTE_WINDOW_MS: (i64, i64) = (1, 3_600_000);
     pub const PROMOTE_RATE_LIMIT_MBPS: (i64, i64) = (1, 1 << 30);
     pub const PROMOTE_MIN_FREE_PCT: (i64, i64) = (0, 50);
+    pub const DEMOTE_FREE_PCT: (i64, i64) = (1, 60);
     pub const MIGRATE_INTERVAL_MS: (i64, i64) = (1, 60_000);
     pub const MIGRATE_BATCH: (i64, i64) = (1, 65_536);
     pub const MAX_TRACKED_PAGES: (i64, i64) = (1024, 1 << 32);
@@ -499,6 +509,8 @@ impl Config {
             heat_halflife_ms: setting(raw.heat_halflife_ms, &at),
             pids: setting(raw.pids, &at),
             dry_run: setting(raw.dry_run, &at),
+            demote: setting(raw.demote, &at),
+            demote_free_pct: setting(raw.demote_free_pct, &at),
             sysfs_root: setting(raw.sysfs_root, &at).map(|s| Setting {
                 value: PathBuf::from(s.value),
                 origin: s.origin,
@@ -557,6 +569,8 @@ impl Config {
             heat_halflife_ms: flag(args.heat_halflife_ms, "heat-halflife-ms"),
             pids: flag(Some(args.pids.clone()).filter(|v| !v.is_empty()), "pid"),
             dry_run: flag(args.dry_run.then_some(true), "dry-run"),
+            demote: flag(args.demote.then_some(true), "demote"),
+            demote_free_pct: flag(args.demote_free_pct, "demote-free-pct"),
             sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
             perf_ring_pages: flag(args.perf_ring_pages, "perf-ring-pages"),
             pagefault_period: flag(args.pagefault_period, "pagefault-period"),
@@ -668,6 +682,33 @@ impl Config {
         self.apply_scope(&s)?;
         if let Some(v) = &s.dry_run {
             self.migrator.dry_run = v.value;
+        }
+        if let Some(v) = &s.demote {
+            self.migrator.demote = v.value;
+        }
+        if let Some(n) = num(&s.demote_free_pct, "demote_free_pct", DEMOTE_FREE_PCT)? {
+            self.migrator.demote_free_pct = n as u8;
+        }
+        // Checked where either side was set: an earlier origin passed this check already.
+        let set_here = s
+            .demote_free_pct
+            .as_ref()
+            .map(|v| &v.origin)
+            .or(s.demote.as_ref().map(|v| &v.origin))
+            .or(s.promote_min_free_pct.as_ref().map(|v| &v.origin));
+        if let Some(origin) = set_here
+            && self.migrator.demote
+            && self.migrator.demote_free_pct <= self.migrator.promote_min_free_pct
+        {
+            return Err(ConfigError::Invalid {
+                origin: origin.clone(),
+                key: "demote_free_pct",
+                detail: format!(
+                    "{} must be above promote_min_free_pct ({}): demotion frees what promotion \
+                     keeps in reserve",
+                    self.migrator.demote_free_pct, self.migrator.promote_min_free_pct
+                ),
+            });
         }
         if let Some(v) = &s.perf_ring_pages {
             let pages = ranged(
@@ -857,6 +898,8 @@ impl Config {
             ("heat_halflife_ms", json!(self.policy.heat_halflife_ms)),
             ("pids", json!(self.pids)),
             ("dry_run", json!(self.migrator.dry_run)),
+            ("demote", json!(self.migrator.demote)),
+            ("demote_free_pct", json!(self.migrator.demote_free_pct)),
             ("sysfs_root", json!(self.sysfs_root.display().to_string())),
             ("perf.ring_pages", json!(self.perf.ring_pages)),
             ("pagefault.period", json!(self.pagefault.period)),
@@ -942,6 +985,8 @@ struct Settings {
     heat_halflife_ms: Option<Setting<i64>>,
     pids: Option<Setting<Vec<i64>>>,
     dry_run: Option<Setting<bool>>,
+    demote: Option<Setting<bool>>,
+    demote_free_pct: Option<Setting<i64>>,
     sysfs_root: Option<Setting<PathBuf>>,
     perf_ring_pages: Option<Setting<i64>>,
     pagefault_period: Option<Setting<i64>>,
@@ -976,6 +1021,29 @@ mod tests {
         let mut c = Config::default();
         c.apply_file(Path::new("/etc/pghotd/pghotd.toml"), text)?;
         Ok(c)
+    }
+
+    #[test]
+    fn demote_is_off_by_default_and_its_watermark_sits_above_the_promotion_reserve() {
+        let c = Config::default();
+        assert!(!c.migrator.demote);
+        let c = Config::default()
+            .with_setting("demote", "true")
+            .and_then(|c| c.with_setting("demote_free_pct", "8"))
+            .unwrap();
+        assert!(c.migrator.demote);
+        assert_eq!(c.migrator.demote_free_pct, 8);
+        let err = c
+            .with_setting("demote_free_pct", "2")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("demote_free_pct"), "{err}");
+        assert!(err.contains("above promote_min_free_pct (2)"), "{err}");
+        let err = Config::default()
+            .with_setting("demote_free_pct", "0")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("1") && err.contains("60"), "{err}");
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub const RUNTIME_KEYS: &[&str] = &[
     "promote_min_free_pct",
     "migrate_interval_ms",
     "migrate_batch",
+    "demote",
+    "demote_free_pct",
 ];
 
 /// Where a reload reads from: the `--config` given at start (or the default path) and the

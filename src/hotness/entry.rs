@@ -49,6 +49,8 @@ impl PageKey {
 pub const HEAT_ONE: u32 = 256;
 
 pub(crate) const FLAG_QUEUED: u8 = 1;
+/// pghotd itself moved the page to the top tier (demotion only ever moves these back).
+pub(crate) const FLAG_PROMOTED: u8 = 2;
 
 /// One tracked page. Kept at 24 bytes so that, with the table's 3/4 load limit, a tracked
 /// page costs 32 bytes of memory.
@@ -111,6 +113,11 @@ impl Entry {
 
     pub fn is_queued(&self) -> bool {
         self.flags & FLAG_QUEUED != 0
+    }
+
+    /// pghotd promoted this page and has not demoted it since.
+    pub fn is_promoted(&self) -> bool {
+        self.flags & FLAG_PROMOTED != 0
     }
 
     /// Heat in samples (fractional), decayed to `now_ms`.

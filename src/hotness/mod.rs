@@ -29,7 +29,7 @@ use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 pub use entry::{Entry, PAGE_SIZE, PageKey};
-use entry::{FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
+use entry::{FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
 use shard::{Shard, Slot, mix};
 
 use crate::sampler::AccessOp;
@@ -233,25 +233,55 @@ impl HotTable {
         }
     }
 
-    /// The page now lives on `node`: it stops being a candidate.
-    pub fn mark_promoted(&self, key: PageKey, node: NodeId) {
+    /// Applies `f` to the page's entry, if the page is tracked.
+    fn update(&self, key: PageKey, f: impl FnOnce(&mut Entry)) {
         let (lock, hash) = self.shard_of(key);
         let mut shard = lock.lock();
         if let Slot::Found(i) = shard.find(key, hash) {
-            let e = shard.get_mut(i);
+            f(shard.get_mut(i));
+        }
+    }
+
+    /// The page now lives on `node`: it stops being a candidate.
+    pub fn mark_promoted(&self, key: PageKey, node: NodeId) {
+        self.update(key, |e| {
             e.node = node;
             e.flags &= !FLAG_QUEUED;
             e.count = 0;
-        }
+        });
+    }
+
+    /// pghotd moved the page to `node` (a top tier): like `mark_promoted`, and remembered as
+    /// ours, so demotion may move it back when it cools.
+    pub fn mark_promoted_by_us(&self, key: PageKey, node: NodeId) {
+        self.update(key, |e| {
+            e.node = node;
+            e.flags = (e.flags & !FLAG_QUEUED) | FLAG_PROMOTED;
+            e.count = 0;
+        });
+    }
+
+    /// pghotd moved the page back to `node` (a lower tier): it starts over as a fresh page.
+    pub fn mark_demoted(&self, key: PageKey, node: NodeId) {
+        self.update(key, |e| {
+            e.node = node;
+            e.flags &= !(FLAG_QUEUED | FLAG_PROMOTED);
+            e.count = 0;
+        });
     }
 
     /// The candidate could not be queued: let the next access make it a candidate again.
     pub fn unqueue(&self, key: PageKey) {
+        self.update(key, |e| e.flags &= !FLAG_QUEUED);
+    }
+
+    /// A tracked page's heat, decayed to the latest sample time its shard has seen.
+    pub fn heat_of(&self, key: PageKey) -> Option<f64> {
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let (lock, hash) = self.shard_of(key);
-        let mut shard = lock.lock();
-        if let Slot::Found(i) = shard.find(key, hash) {
-            shard.get_mut(i).flags &= !FLAG_QUEUED;
-        }
+        let shard = lock.lock();
+        let now = shard.now_ms;
+        shard.get(key, hash).map(|e| e.heat_at(now, halflife))
     }
 
     pub fn get(&self, key: PageKey) -> Option<Entry> {
@@ -402,6 +432,27 @@ mod tests {
         t.record(&access(1, 2, 20));
         t.unqueue(access(1, 2, 0).key);
         assert_eq!(t.record(&access(1, 2, 21)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn promoted_by_us_is_remembered_until_demoted() {
+        let t = HotTable::new(1024, policy(1, 5000));
+        let a = access(1, 1, 0);
+        assert_eq!(t.record(&a), Recorded::Candidate);
+        t.mark_promoted(a.key, 0);
+        assert!(
+            !t.get(a.key).unwrap().is_promoted(),
+            "already top tier is not ours"
+        );
+        t.mark_promoted_by_us(a.key, 0);
+        let e = t.get(a.key).unwrap();
+        assert!(e.is_promoted() && !e.is_queued());
+        assert!((t.heat_of(a.key).unwrap() - 1.0).abs() < 1e-9);
+        t.mark_demoted(a.key, 2);
+        let e = t.get(a.key).unwrap();
+        assert_eq!((e.node(), e.is_promoted()), (2, false));
+        // Back on the lower tier it is a fresh page: its next sample nominates it again.
+        assert_eq!(t.record(&access(1, 1, 10)), Recorded::Candidate);
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! With `dry_run` steps 3-4 are skipped and allowed pages count as promoted: a batch replay of
 //! a trace needs no live processes.
 
+pub mod capacity;
+pub mod demote;
 pub mod mover;
 pub mod ratelimit;
 mod sys;
@@ -29,11 +31,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
-use crate::hotness::HotTable;
 use crate::hotness::ingest::Candidate;
+use crate::hotness::{HotTable, PageKey};
 use crate::pidstats::{PidCounts, PidStats};
 use crate::stats::{Counter, Stats};
 use crate::topology::{NodeId, Topology};
+use capacity::{FreeMemory, HeatAdmission, admit_hottest};
+use demote::Demoter;
 use mover::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
 use ratelimit::{Clock, RateLimits};
 
@@ -46,6 +50,10 @@ pub struct MigratorConfig {
     /// Keep at least this percentage of the destination's memory free.
     pub promote_min_free_pct: u8,
     pub dry_run: bool,
+    /// Move the coldest pages pghotd promoted back when a fast node runs low (`demote`).
+    pub demote: bool,
+    /// The low watermark demotion keeps free on a fast node, in percent of its memory.
+    pub demote_free_pct: u8,
 }
 
 impl Default for MigratorConfig {
@@ -56,6 +64,8 @@ impl Default for MigratorConfig {
             promote_rate_limit_mbps: 65536,
             promote_min_free_pct: 2,
             dry_run: false,
+            demote: false,
+            demote_free_pct: 5,
         }
     }
 }
@@ -94,6 +104,13 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Outcomes of the group being processed, folded into `pids` once per group.
     group: PidCounts,
     admission: Option<Box<dyn Admit>>,
+    /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
+    free: Arc<dyn FreeMemory>,
+    /// Heat of recent candidates, for the capacity-aware cut.
+    heat_admission: HeatAdmission,
+    demoter: Demoter,
+    /// The fast nodes this migrator demotes back to its own node.
+    demotes_from: Vec<NodeId>,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -108,6 +125,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         stats: Arc<Stats>,
         limits: RateLimits,
     ) -> Self {
+        let demoter = Demoter::new(
+            config.promote_rate_limit_mbps.saturating_mul(1 << 20),
+            clock.now(),
+        );
         Migrator {
             node,
             config,
@@ -115,6 +136,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             clock,
             limits,
             table,
+            free: Arc::clone(&topology) as Arc<dyn FreeMemory>,
+            demotes_from: demote::fast_nodes_of(&topology, node),
             topology,
             stats,
             watermark_warned: false,
@@ -122,6 +145,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             pids: Arc::new(PidStats::default()),
             group: PidCounts::default(),
             admission: None,
+            heat_admission: HeatAdmission::default(),
+            demoter,
         }
     }
 
@@ -143,10 +168,17 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         self
     }
 
+    /// Reads free memory from `free` instead of the topology's sysfs (the simulator).
+    pub fn with_free_memory(mut self, free: Arc<dyn FreeMemory>) -> Self {
+        self.free = free;
+        self
+    }
+
     pub fn reconfigure(&mut self, config: MigratorConfig) {
         self.config = config;
-        self.limits
-            .set_rate(config.promote_rate_limit_mbps.saturating_mul(1 << 20));
+        let rate = config.promote_rate_limit_mbps.saturating_mul(1 << 20);
+        self.limits.set_rate(rate);
+        self.demoter.set_rate(rate);
     }
 
     /// Promotes a batch; every candidate ends in exactly one counter.
@@ -192,7 +224,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             return usize::MAX;
         };
         let reserve_kb = node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100;
-        match self.topology.free_kb(to) {
+        match self.free.free_kb(to) {
             Ok(free_kb) => {
                 let room_kb = free_kb.saturating_sub(reserve_kb);
                 usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
@@ -210,8 +242,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
         let page_bytes = group[0].bytes;
         let room = self.watermark_room(to, page_bytes);
-        let (group, over_watermark) = group.split_at(group.len().min(room));
-        self.held_back(over_watermark, Counter::PgpromoteFailWatermark);
+        let admitted = self.admit(to, group, room);
+        let group = admitted.as_slice();
 
         let now = self.clock.now();
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
@@ -230,6 +262,100 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let moved = self.move_group(pid, to, group);
         let unmoved = (group.len() - moved) as u64;
         self.limits.refund(to, unmoved * page_bytes);
+    }
+
+    /// The capacity-aware cut: every candidate's heat feeds the histogram; when the group does
+    /// not fit in `room`, the hottest go first and none colder than the histogram's cut (so
+    /// lukewarm pages offered early do not take the room hotter ones will need). Held-back
+    /// pages are counted (watermark: no room; cold: room kept for hotter) and stay eligible.
+    fn admit(&mut self, to: NodeId, group: &[Candidate], room: usize) -> Vec<Candidate> {
+        let mut heats: Vec<(Candidate, f64)> = group
+            .iter()
+            .map(|c| (*c, self.table.heat_of(c.key).unwrap_or(0.0)))
+            .collect();
+        for (_, heat) in &heats {
+            self.heat_admission.observe(*heat);
+        }
+        if group.len() <= room && self.heat_admission.demand() <= room as u64 {
+            return group.to_vec();
+        }
+        let cut = self.heat_admission.cut(room as u64);
+        let n = admit_hottest(&mut heats, room, cut);
+        for (c, heat) in &heats[n..] {
+            self.demoter.note_pressure(to, *heat);
+            let counter = if n < room {
+                Counter::PgpromoteFailCold
+            } else {
+                Counter::PgpromoteFailWatermark
+            };
+            self.held_back(std::slice::from_ref(c), counter);
+        }
+        // Keep the kernel-facing order (by address) for the move.
+        let mut admitted: Vec<Candidate> = heats[..n].iter().map(|(c, _)| *c).collect();
+        admitted.sort_unstable_by_key(|c| c.key.vaddr());
+        admitted
+    }
+
+    /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
+    /// coldest pages pghotd promoted off any fast node under its low watermark.
+    pub fn maintain(&mut self) {
+        self.heat_admission.decay();
+        if !self.config.demote || self.config.dry_run {
+            return;
+        }
+        for fast in self.demotes_from.clone() {
+            let (Some(node), Ok(free_kb)) = (self.topology.node(fast), self.free.free_kb(fast))
+            else {
+                continue;
+            };
+            let wanted = demote::pages_wanted(
+                free_kb,
+                node.mem_total_kb,
+                self.config.demote_free_pct,
+                crate::hotness::PAGE_SIZE,
+            );
+            let now = self.clock.now();
+            let victims =
+                self.demoter
+                    .victims(&self.table, fast, wanted, now, crate::hotness::PAGE_SIZE);
+            self.demote_pages(victims);
+        }
+    }
+
+    /// Moves `victims` (pages on a fast node) back to this migrator's node.
+    fn demote_pages(&mut self, mut victims: Vec<PageKey>) {
+        victims.sort_unstable();
+        let mut start = 0;
+        while start < victims.len() {
+            let pid = victims[start].pid();
+            let end = start
+                + victims[start..]
+                    .iter()
+                    .take_while(|k| k.pid() == pid)
+                    .count();
+            let keys = &victims[start..end];
+            let pages: Vec<u64> = keys.iter().map(|k| k.vaddr()).collect();
+            let nodes = vec![i32::from(self.node); pages.len()];
+            let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+            self.stats.add(Counter::MigratorSyscalls, 1);
+            // Whole-call errors leave statuses unwritten: those pages count as failed.
+            let _ = self
+                .mover
+                .move_pages(pid, &pages, Some(&nodes), &mut status);
+            let mut failed = 0u64;
+            for (k, &s) in keys.iter().zip(&status) {
+                if s == i32::from(self.node) {
+                    self.table.mark_demoted(*k, self.node);
+                } else {
+                    failed += 1;
+                }
+            }
+            let moved = keys.len() as u64 - failed;
+            self.stats.add(Counter::PgdemoteSuccess, moved);
+            self.stats.add(Counter::PgdemoteFail, failed);
+            self.demoter.refund(failed * crate::hotness::PAGE_SIZE);
+            start = end;
+        }
     }
 
     /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or
@@ -258,7 +384,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         self.group.promoted_pages += 1;
         self.group.promoted_bytes += c.bytes;
         self.stats.add_promoted(c.to_node, 1, c.bytes);
-        self.table.mark_promoted(c.key, c.to_node);
+        self.table.mark_promoted_by_us(c.key, c.to_node);
     }
 
     fn query(&mut self, pid: u32, pages: &[u64], status: &mut [i32]) -> Result<(), nix::Error> {
@@ -446,6 +572,7 @@ fn is_transient(counter: Counter) -> bool {
             | Counter::PgpromoteFailBusy
             | Counter::PgpromoteFailNomem
             | Counter::PgpromoteFailNotMigrated
+            | Counter::PgpromoteFailCold
     )
 }
 
@@ -543,6 +670,7 @@ fn run<M: Mover, C: Clock>(
             },
             default(timeout) => {
                 drain(migrator, queue, &mut batch);
+                migrator.maintain();
                 next_wake = Instant::now() + interval(&migrator.config);
             }
         }
@@ -647,6 +775,7 @@ mod tests {
             PgpromoteRatelimited,
             PgpromoteAlreadyToptier,
             PgpromoteFailWatermark,
+            PgpromoteFailCold,
             PgpromoteFailNoProcess,
             PgpromoteFailNotPresent,
             PgpromoteFailFault,
@@ -877,6 +1006,7 @@ mod tests {
         .unwrap();
         let topology = Arc::new(Topology::read(SysfsRoot::new(dir.path())).unwrap());
         let mut rig = rig(MigratorConfig::default());
+        rig.migrator.free = Arc::clone(&topology) as Arc<dyn FreeMemory>;
         rig.migrator.topology = topology;
         map(&rig, 10, 0..5);
         let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
@@ -927,6 +1057,153 @@ mod tests {
         assert!(rig.table.get(access(10).key).unwrap().is_queued());
         assert_eq!(rig.table.record(&access(10)), Recorded::Tracked);
         assert_eq!(rig.table.record(&access(0)), Recorded::Tracked);
+    }
+
+    /// Free memory set by the test.
+    #[derive(Default)]
+    struct FakeFree(parking_lot::Mutex<std::collections::HashMap<NodeId, u64>>);
+
+    impl FreeMemory for FakeFree {
+        fn free_kb(&self, node: NodeId) -> Result<u64, crate::topology::TopologyError> {
+            Ok(*self.0.lock().get(&node).unwrap_or(&(1 << 30)))
+        }
+    }
+
+    /// node0 of the fixture has 1030716 kB; a 2 % reserve is 20614 kB (5 % is 51535 kB).
+    const NODE0_RESERVE_KB: u64 = 20_614;
+
+    fn rig_with_free(config: MigratorConfig) -> (Rig, Arc<FakeFree>) {
+        let mut rig = rig(config);
+        let free = Arc::new(FakeFree::default());
+        rig.migrator.free = Arc::clone(&free) as Arc<dyn FreeMemory>;
+        (rig, free)
+    }
+
+    fn sample(rig: &Rig, pid: u32, page: u64, times: u32, ms: u64) -> Recorded {
+        let mut last = Recorded::Tracked;
+        for _ in 0..times {
+            last = rig.table.record(&Access {
+                key: PageKey::new(pid, page * PAGE_SIZE).unwrap(),
+                time_ns: ms * 1_000_000,
+                node: 2,
+                op: AccessOp::Load,
+            });
+        }
+        last
+    }
+
+    #[test]
+    fn a_tight_fast_node_takes_the_hottest_candidates_first() {
+        let (mut rig, free) = rig_with_free(MigratorConfig::default());
+        // Room for exactly two pages above the reserve.
+        free.0.lock().insert(0, NODE0_RESERVE_KB + 8);
+        map(&rig, 10, 0..5);
+        // Low addresses are lukewarm, high ones hot: first-come would pick 0 and 1.
+        for (page, heat) in [(0, 2), (1, 2), (2, 3), (3, 9), (4, 6)] {
+            sample(&rig, 10, page, heat, 0);
+        }
+        let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+        let mem = rig.mover.0.lock();
+        assert_eq!(mem.pages[&(10, 3 * PAGE_SIZE)], 0);
+        assert_eq!(mem.pages[&(10, 4 * PAGE_SIZE)], 0);
+        assert_eq!(mem.pages[&(10, 0)], SLOW);
+        drop(mem);
+        assert_eq!(outcomes(&rig), 5);
+    }
+
+    #[test]
+    fn the_heat_cut_keeps_room_for_hotter_pages_across_batches() {
+        let (mut rig, free) = rig_with_free(MigratorConfig::default());
+        // Room for four pages, which the fake keeps (its free memory does not move).
+        free.0.lock().insert(0, NODE0_RESERVE_KB + 4 * 4);
+        map(&rig, 10, 0..100);
+        for page in 0..40 {
+            sample(&rig, 10, page, 1, 0);
+        }
+        for page in 60..70 {
+            sample(&rig, 10, page, 8, 0);
+        }
+        // Interval 1: 30 lukewarm and 4 hot candidates in one batch: the hot four get the room.
+        let mut mixed: Vec<_> = (0..30).chain(60..64).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut mixed);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 30);
+        rig.migrator.maintain();
+        // Interval 2: lukewarm pages come first. There is room, but recent demand says hotter
+        // pages arrive too, so the room is kept for them ...
+        let mut lukewarm: Vec<_> = (30..40).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut lukewarm);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+        assert_eq!(counter(&rig, Counter::PgpromoteFailCold), 10);
+        // ... and the hot ones that follow take it.
+        let mut hot: Vec<_> = (64..66).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut hot);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
+        assert_eq!(outcomes(&rig), 46);
+    }
+
+    #[test]
+    fn demotion_moves_back_our_coldest_pages_under_the_low_watermark() {
+        let config = MigratorConfig {
+            demote: true,
+            ..MigratorConfig::default()
+        };
+        let (mut rig, free) = rig_with_free(config);
+        map(&rig, 10, 0..6);
+        // Promote six pages; pages 0-2 then go cold, 3-5 stay hot.
+        for page in 0..6 {
+            sample(&rig, 10, page, 2, 0);
+        }
+        rig.migrator
+            .process(&mut (0..6).map(|p| cand(10, p, 0)).collect());
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
+        for page in 3..6 {
+            rig.table.touch(&Access {
+                key: PageKey::new(10, page * PAGE_SIZE).unwrap(),
+                time_ns: 10_000_000_000,
+                node: 0,
+                op: AccessOp::Load,
+            });
+        }
+        // Plenty free: nothing moves.
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
+        // Two pages short of the 5 % low watermark (51535 kB): the two coldest of ours go.
+        free.0.lock().insert(0, 51_535 - 8);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 2);
+        let mem = rig.mover.0.lock();
+        let on_slow: Vec<u64> = (0..6)
+            .filter(|p| mem.pages[&(10, p * PAGE_SIZE)] == SLOW)
+            .collect();
+        drop(mem);
+        assert_eq!(on_slow.len(), 2);
+        assert!(on_slow.iter().all(|p| *p < 3), "{on_slow:?}");
+        let e = rig
+            .table
+            .get(PageKey::new(10, on_slow[0] * PAGE_SIZE).unwrap());
+        assert_eq!(
+            e.map(|e| (e.node(), e.is_promoted())),
+            Some((SLOW as u16, false))
+        );
+        // Hot pages stay even when far short, with nothing waiting and no cold page left.
+        free.0.lock().insert(0, 0);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 3);
+    }
+
+    #[test]
+    fn demotion_is_off_by_default() {
+        let (mut rig, free) = rig_with_free(MigratorConfig::default());
+        map(&rig, 10, 0..2);
+        sample(&rig, 10, 0, 1, 0);
+        rig.migrator.process(&mut vec![cand(10, 0, 0)]);
+        sample(&rig, 10, 1, 1, 60_000); // moves the table clock on: page 0 is cold
+        free.0.lock().insert(0, 0);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
 //! there is no channel on the per-sample path.
 
+pub mod adaptive;
 mod auto;
 pub mod damon;
 pub mod datasrc;

@@ -190,6 +190,28 @@ impl Topology {
         })
     }
 
+    /// A topology built from parts instead of sysfs, for the simulator (`pghot-sim`): `nodes`
+    /// with their tiers set, `distances[i][j]` between `nodes[i]` and `nodes[j]`. It has no
+    /// physical address map, and `free_kb` fails (the sysfs root does not exist), so its users
+    /// supply free memory themselves (`migrator::capacity::FreeMemory`).
+    pub fn synthetic(nodes: Vec<Node>, distances: Vec<Vec<u32>>) -> Topology {
+        let max_cpu = nodes.iter().flat_map(|n| n.cpus.iter().copied()).max();
+        let mut cpu_node = vec![None; max_cpu.map_or(0, |c| c as usize + 1)];
+        for node in &nodes {
+            for &cpu in &node.cpus {
+                cpu_node[cpu as usize] = Some(node.id);
+            }
+        }
+        Topology {
+            sysfs: SysfsRoot::new("/nonexistent/pghot-sim"),
+            nodes,
+            distances,
+            tier_source: TierSource::MemoryTiering,
+            physmap: PhysMap::default(),
+            cpu_node,
+        }
+    }
+
     fn assign_tiers(sysfs: &SysfsRoot, nodes: &mut [Node]) -> Result<TierSource, TopologyError> {
         let tiering_dir = "devices/virtual/memory_tiering";
         let tier_ids = sysfs.numbered_entries(tiering_dir, "memory_tier")?;

@@ -16,10 +16,10 @@ pub mod emit;
 pub mod pattern;
 pub mod placement;
 pub mod report;
-mod rng;
+pub(crate) mod rng;
 pub mod run;
 mod sys;
-mod zipf;
+pub(crate) mod zipf;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -14,6 +14,7 @@
 //! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return.
 
 mod open;
+pub mod period;
 pub mod record;
 pub mod ring;
 
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use self::open::CpuEvents;
+use self::period::PeriodControl;
 use self::record::{Record, SampleFormat, SampleRecord};
 use super::{
     AccessOp, DataSource, Sample, SampleSink, SinkFactory, Source, SourceError, SourceKind,
@@ -141,6 +143,8 @@ pub struct PerfSource {
     /// Opened at startup, handed to their threads by `run`.
     opened: Vec<CpuEvents>,
     describe: String,
+    /// Live period changes (`ibs.period = "auto"`), if any.
+    period: Option<PeriodControl>,
 }
 
 impl PerfSource {
@@ -191,7 +195,15 @@ impl PerfSource {
             sysfs,
             opened,
             describe,
+            period: None,
         })
+    }
+
+    /// Lets `control` change the sampling period while the source runs: each CPU thread
+    /// applies a new value at its next drain (within about 100 ms).
+    pub fn with_period_control(mut self, control: PeriodControl) -> PerfSource {
+        self.period = Some(control);
+        self
     }
 }
 
@@ -214,12 +226,13 @@ impl Source for PerfSource {
         let plan = &*self.plan;
         let settings = self.settings;
         let sysfs = &self.sysfs;
+        let period = self.period.as_ref();
         let opened = std::mem::take(&mut self.opened);
         std::thread::scope(|scope| {
             let mut running: BTreeMap<u32, CpuThread<'_>> = BTreeMap::new();
             for events in opened {
                 let cpu = events.cpu;
-                if let Some(t) = start_cpu(scope, events, plan, sinks, stop) {
+                if let Some(t) = start_cpu(scope, events, plan, sinks, stop, period) {
                     running.insert(cpu, t);
                 }
             }
@@ -266,7 +279,8 @@ impl Source for PerfSource {
                     for cpu in new {
                         match open::open_cpu(plan, cpu, settings.ring_pages) {
                             Ok(events) => {
-                                if let Some(t) = start_cpu(scope, events, plan, sinks, stop) {
+                                if let Some(t) = start_cpu(scope, events, plan, sinks, stop, period)
+                                {
                                     running.insert(cpu, t);
                                     tracing::info!("{}: cpu {cpu} came online", plan.kind.name());
                                 }
@@ -293,6 +307,7 @@ fn start_cpu<'scope, 'env>(
     plan: &'env PerfPlan,
     sinks: &'env dyn SinkFactory,
     stop: &StopToken,
+    period: Option<&'env PeriodControl>,
 ) -> Option<CpuThread<'scope>> {
     let cpu = events.cpu;
     let cpu_stop = Arc::new(AtomicBool::new(false));
@@ -301,7 +316,7 @@ fn start_cpu<'scope, 'env>(
     let spawned = std::thread::Builder::new()
         .name(format!("pghot-smp/{cpu}"))
         .spawn_scoped(scope, move || {
-            run_cpu(events, plan, &mut *sink, &global, &flag);
+            run_cpu(events, plan, &mut *sink, &global, &flag, period);
         });
     match spawned {
         Ok(thread) => Some(CpuThread {
@@ -322,8 +337,14 @@ fn run_cpu(
     sink: &mut dyn SampleSink,
     stop: &StopToken,
     cpu_stop: &AtomicBool,
+    period: Option<&PeriodControl>,
 ) {
     let mut reader = CpuReader::new(plan, events.cpu);
+    // What the events were opened with; a control that says otherwise is applied below.
+    let mut applied = plan
+        .events_for(events.cpu)
+        .and_then(|specs| specs.iter().find(|e| e.sampling))
+        .map_or(0, |e| e.period);
     loop {
         let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
         let mut fds = [PollFd::new(events.fd(), PollFlags::POLLIN)];
@@ -340,6 +361,15 @@ fn run_cpu(
         reader.drain(&mut events, sink);
         if stopping {
             break;
+        }
+        if let Some(wanted) = period.map(PeriodControl::get)
+            && wanted != applied
+        {
+            if let Err(e) = events.set_period(wanted) {
+                tracing::warn!("cpu {}: setting the period to {wanted}: {e}", events.cpu);
+            }
+            // Tried once per change: a period the PMU refuses is not retried every drain.
+            applied = wanted;
         }
     }
 }
@@ -575,6 +605,37 @@ mod tests {
             got.samples
                 .iter()
                 .all(|s| s.source == SourceKind::PageFault)
+        );
+    }
+
+    #[test]
+    fn a_period_set_through_the_control_applies_live_and_thins_the_samples() {
+        let control = PeriodControl::new(1);
+        let mut source =
+            pagefault_source(SysfsRoot::new("/sys")).with_period_control(control.clone());
+        let (sinks, stop) = (Collector::this_process(), StopToken::new());
+        let (every, one_in_64) = std::thread::scope(|s| {
+            let runner = s.spawn(|| source.run(&sinks, &stop));
+            let _guard = StopOnDrop(&stop);
+            let first = touch_fresh_pages(2048);
+            std::thread::sleep(Duration::from_millis(300));
+            let every = pages_seen(&sinks.take().samples, first, None);
+            control.set(64);
+            // Every CPU thread drains (100 ms poll) and applies the new period.
+            std::thread::sleep(Duration::from_millis(400));
+            let second = touch_fresh_pages(8192);
+            std::thread::sleep(Duration::from_millis(300));
+            let one_in_64 = pages_seen(&sinks.take().samples, second, None);
+            stop.stop();
+            runner.join().unwrap().unwrap();
+            (every, one_in_64)
+        });
+        assert!(every >= 1024, "period 1: saw only {every} of 2048 faults");
+        // 8192 faults at one sample per 64 per CPU: 128, give or take what each CPU's counter
+        // carried over from before the switch.
+        assert!(
+            (64..=256).contains(&one_in_64),
+            "period 64: saw {one_in_64} of 8192 faults"
         );
     }
 

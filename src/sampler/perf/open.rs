@@ -42,9 +42,41 @@ pub struct CpuEvents {
     pub ring: Ring,
     /// Kept open for as long as the ring is read; closing them stops the sampling.
     counters: Vec<perf_event::Counter>,
+    /// Which of `counters` sample (the others only lead a group).
+    sampling: Vec<bool>,
 }
 
 impl CpuEvents {
+    /// Sets the sampling period of every event (PERF_EVENT_IOC_PERIOD); the kernel applies it
+    /// from the event's next overflow.
+    pub fn set_period(&self, period: u64) -> io::Result<()> {
+        // Only the sampling events: a counting group leader (PEBS mem-loads-aux) has none.
+        let sampling = self.sampling.iter().copied();
+        for counter in self
+            .counters
+            .iter()
+            .zip(sampling)
+            .filter(|(_, s)| *s)
+            .map(|(c, _)| c)
+        {
+            // SAFETY: the fd is an open perf event owned by `counter`; PERF_EVENT_IOC_PERIOD
+            // reads one u64 through the pointer, which points at a live local for the call.
+            // (perf-event-open-sys types this ioctl's argument as a u64 value, not a pointer,
+            // so it is called through libc.)
+            let rc = unsafe {
+                libc::ioctl(
+                    counter.as_raw_fd(),
+                    perf_event_open_sys::bindings::PERIOD as _,
+                    &period as *const u64,
+                )
+            };
+            if rc != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
     /// The fd of the event that owns the ring (poll it for POLLIN).
     pub fn fd(&self) -> BorrowedFd<'_> {
         // SAFETY: the counter owns this open fd and lives as long as `self`, which the returned
@@ -139,6 +171,7 @@ pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvent
         ids,
         ring,
         counters,
+        sampling: specs.iter().map(|s| s.sampling).collect(),
     })
 }
 
