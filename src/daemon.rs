@@ -29,6 +29,9 @@ use crate::hotness::ingest::Ingest;
 use crate::migrator::mover::SysMover;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::migrator::{Migrator, MigratorEvent, MigratorHandle, candidate_queue};
+use crate::sampler::adaptive::{AdaptiveConfig, PeriodController};
+use crate::sampler::perf::adaptive_loop;
+use crate::sampler::perf::period::PeriodControl;
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{Source, SourceError, StopToken};
 use crate::scope::guard::GuardedMover;
@@ -129,7 +132,15 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         return Err(DaemonError::NoSources);
     }
     // Open every source before any thread starts, so a bad path fails the start cleanly.
-    let open_ctx = config.open_context();
+    let mut open_ctx = config.open_context();
+    // `ibs.period = "auto"`: the IBS samplers start at the controller's period and follow it.
+    let adaptive = config.ibs_period_auto.then(|| {
+        let controller =
+            PeriodController::new(AdaptiveConfig::ibs(f64::from(config.ibs_cpu_budget_pct)));
+        let control = PeriodControl::new(controller.period());
+        open_ctx.ibs_period_control = Some(control.clone());
+        (controller, control)
+    });
     let sources: Vec<Box<dyn Source>> = config
         .sources
         .iter()
@@ -262,6 +273,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     }
 
     let stop = StopToken::new();
+    if let Some((controller, control)) = adaptive {
+        let (stats, stop) = (Arc::clone(&stats), stop.clone());
+        spawn("pghot-period".into(), move || {
+            adaptive_loop::run(controller, control, stats, stop);
+        })?;
+    }
     let mut threads = Vec::new();
     for (index, mut source) in sources.into_iter().enumerate() {
         let describe = source.describe();

@@ -135,11 +135,31 @@ pub struct RawPerf {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIbs {
-    pub period: Option<Spanned<i64>>,
+    pub period: Option<Spanned<PeriodValue>>,
+    /// With `period = "auto"`: the daemon CPU the adaptive period may use, % of one core.
+    pub cpu_budget_pct: Option<Spanned<i64>>,
     pub count_ops: Option<Spanned<bool>>,
     pub l3miss_only: Option<Spanned<bool>>,
     pub ldlat: Option<Spanned<i64>>,
     pub user_only: Option<Spanned<bool>>,
+}
+
+/// A sampling period as written: a number, or `"auto"` (the adaptive controller).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum PeriodValue {
+    Fixed(i64),
+    Word(String),
+}
+
+impl std::str::FromStr for PeriodValue {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(s.parse::<i64>()
+            .map(PeriodValue::Fixed)
+            .unwrap_or_else(|_| PeriodValue::Word(s.to_string())))
+    }
 }
 
 /// `[pebs]`: Intel PEBS memory sampling.
@@ -214,9 +234,13 @@ pub struct TunableArgs {
     /// The pagefault source samples one of every N faults per CPU [default: 1].
     #[arg(long = "pagefault-period", value_name = "N")]
     pub pagefault_period: Option<i64>,
-    /// IBS: ops (or cycles) between samples, rounded down to a multiple of 16 [default: 10000].
-    #[arg(long = "ibs-period", value_name = "N")]
-    pub ibs_period: Option<i64>,
+    /// IBS: ops (or cycles) between samples, rounded down to a multiple of 16, or "auto" to
+    /// adapt it to the daemon's CPU budget [default: 10000].
+    #[arg(long = "ibs-period", value_name = "N|auto")]
+    pub ibs_period: Option<PeriodValue>,
+    /// IBS with --ibs-period auto: daemon CPU allowed, % of one core [default: 5].
+    #[arg(long = "ibs-cpu-budget-pct", value_name = "PCT")]
+    pub ibs_cpu_budget_pct: Option<i64>,
     /// IBS: count dispatched ops (true) or cycles (false) [default: true].
     #[arg(long = "ibs-count-ops", value_name = "BOOL")]
     pub ibs_count_ops: Option<bool>,
@@ -295,6 +319,9 @@ pub struct Config {
     pub perf: PerfSettings,
     pub pagefault: PageFaultTunables,
     pub ibs: IbsTunables,
+    /// `ibs.period = "auto"`: the adaptive controller sets the period live.
+    pub ibs_period_auto: bool,
+    pub ibs_cpu_budget_pct: u8,
     pub pebs: PebsTunables,
     pub damon: DamonConfig,
     pub softdirty: SoftDirtyConfig,
@@ -328,6 +355,8 @@ impl Default for Config {
             perf: PerfSettings::default(),
             pagefault: PageFaultTunables::default(),
             ibs: IbsTunables::default(),
+            ibs_period_auto: false,
+            ibs_cpu_budget_pct: 5,
             pebs: PebsTunables::default(),
             damon: DamonConfig::default(),
             softdirty: SoftDirtyConfig::default(),
@@ -393,6 +422,7 @@ pub mod limits {
     /// against the PMU's caps when the source opens.
     pub const IBS_PERIOD: (i64, i64) = (0x90, 0x7ff_fff0);
     pub const IBS_LDLAT: (i64, i64) = (128, 2048);
+    pub const CPU_BUDGET_PCT: (i64, i64) = (1, 100);
     pub const PEBS_PERIOD: (i64, i64) = (1, 1 << 30);
     /// The `ldlat` format field is 16 bits wide (config1:0-15).
     pub const PEBS_LDLAT: (i64, i64) = (1, u16::MAX as i64);
@@ -423,6 +453,7 @@ impl Config {
             perf: self.perf,
             pagefault: self.pagefault,
             ibs: self.ibs,
+            ibs_period_control: None,
             pebs: self.pebs,
             run_dir: self.run_dir.clone(),
             damon: self.damon,
@@ -518,6 +549,10 @@ impl Config {
             perf_ring_pages: setting(raw.perf.and_then(|t| t.ring_pages), &at),
             pagefault_period: setting(raw.pagefault.and_then(|t| t.period), &at),
             ibs_period: setting(raw.ibs.as_ref().and_then(|t| t.period.clone()), &at),
+            ibs_cpu_budget_pct: setting(
+                raw.ibs.as_ref().and_then(|t| t.cpu_budget_pct.clone()),
+                &at,
+            ),
             ibs_count_ops: setting(raw.ibs.as_ref().and_then(|t| t.count_ops.clone()), &at),
             ibs_l3miss_only: setting(raw.ibs.as_ref().and_then(|t| t.l3miss_only.clone()), &at),
             ibs_ldlat: setting(raw.ibs.as_ref().and_then(|t| t.ldlat.clone()), &at),
@@ -574,7 +609,8 @@ impl Config {
             sysfs_root: flag(args.sysfs_root.clone(), "sysfs-root"),
             perf_ring_pages: flag(args.perf_ring_pages, "perf-ring-pages"),
             pagefault_period: flag(args.pagefault_period, "pagefault-period"),
-            ibs_period: flag(args.ibs_period, "ibs-period"),
+            ibs_period: flag(args.ibs_period.clone(), "ibs-period"),
+            ibs_cpu_budget_pct: flag(args.ibs_cpu_budget_pct, "ibs-cpu-budget-pct"),
             ibs_count_ops: flag(args.ibs_count_ops, "ibs-count-ops"),
             ibs_l3miss_only: flag(args.ibs_l3miss_only, "ibs-l3miss-only"),
             ibs_ldlat: flag(args.ibs_ldlat, "ibs-ldlat"),
@@ -837,8 +873,28 @@ impl Config {
                 .transpose()
         };
         let flag = |s: &Option<Setting<bool>>| s.as_ref().map(|s| s.value);
-        if let Some(n) = num(&s.ibs_period, "ibs.period", IBS_PERIOD)? {
-            self.ibs.period = n as u64;
+        if let Some(v) = &s.ibs_period {
+            match &v.value {
+                PeriodValue::Fixed(n) => {
+                    let n = ranged(&v.origin, "ibs.period", *n, IBS_PERIOD.0, IBS_PERIOD.1)?;
+                    self.ibs.period = n as u64;
+                    self.ibs_period_auto = false;
+                }
+                PeriodValue::Word(w) if w == "auto" => self.ibs_period_auto = true,
+                PeriodValue::Word(w) => {
+                    return Err(ConfigError::Invalid {
+                        origin: v.origin.clone(),
+                        key: "ibs.period",
+                        detail: format!(
+                            "'{w}' is neither a number ({}..={}) nor \"auto\"",
+                            IBS_PERIOD.0, IBS_PERIOD.1
+                        ),
+                    });
+                }
+            }
+        }
+        if let Some(n) = num(&s.ibs_cpu_budget_pct, "ibs.cpu_budget_pct", CPU_BUDGET_PCT)? {
+            self.ibs_cpu_budget_pct = n as u8;
         }
         if let Some(n) = num(&s.ibs_ldlat, "ibs.ldlat", IBS_LDLAT)? {
             self.ibs.ldlat = Some(n as u32);
@@ -903,7 +959,15 @@ impl Config {
             ("sysfs_root", json!(self.sysfs_root.display().to_string())),
             ("perf.ring_pages", json!(self.perf.ring_pages)),
             ("pagefault.period", json!(self.pagefault.period)),
-            ("ibs.period", json!(self.ibs.period)),
+            (
+                "ibs.period",
+                if self.ibs_period_auto {
+                    json!("auto")
+                } else {
+                    json!(self.ibs.period)
+                },
+            ),
+            ("ibs.cpu_budget_pct", json!(self.ibs_cpu_budget_pct)),
             ("ibs.count_ops", json!(self.ibs.count_ops)),
             ("ibs.l3miss_only", json!(self.ibs.l3miss_only)),
             ("ibs.ldlat", json!(self.ibs.ldlat)),
@@ -990,7 +1054,8 @@ struct Settings {
     sysfs_root: Option<Setting<PathBuf>>,
     perf_ring_pages: Option<Setting<i64>>,
     pagefault_period: Option<Setting<i64>>,
-    ibs_period: Option<Setting<i64>>,
+    ibs_period: Option<Setting<PeriodValue>>,
+    ibs_cpu_budget_pct: Option<Setting<i64>>,
     ibs_count_ops: Option<Setting<bool>>,
     ibs_l3miss_only: Option<Setting<bool>>,
     ibs_ldlat: Option<Setting<i64>>,
@@ -1105,6 +1170,34 @@ mod tests {
             err.contains("enabled_sources: unknown source 'ibz'"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn ibs_period_is_a_number_or_auto() {
+        let c = from_file("[ibs]\nperiod = \"auto\"\ncpu_budget_pct = 3\n").unwrap();
+        assert!(c.ibs_period_auto);
+        assert_eq!(c.ibs_cpu_budget_pct, 3);
+        let c = from_file("[ibs]\nperiod = 20000\n").unwrap();
+        assert_eq!((c.ibs_period_auto, c.ibs.period), (false, 20000));
+        let err = from_file("[ibs]\nperiod = \"fast\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("line 2: ibs.period: 'fast' is neither a number"),
+            "{err}"
+        );
+        let err = from_file("[ibs]\nperiod = 16\n").unwrap_err().to_string();
+        assert!(
+            err.contains("ibs.period = 16 is out of range; allowed 144..="),
+            "{err}"
+        );
+        let args = TunableArgs {
+            ibs_period: Some("auto".parse().unwrap()),
+            ..TunableArgs::default()
+        };
+        let mut c = Config::default();
+        c.apply_args(&args).unwrap();
+        assert!(c.ibs_period_auto);
     }
 
     #[test]

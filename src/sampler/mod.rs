@@ -258,6 +258,8 @@ pub struct OpenContext {
     pub perf: perf::PerfSettings,
     pub pagefault: pagefault::PageFaultTunables,
     pub ibs: ibs::IbsTunables,
+    /// Set with `ibs.period = "auto"`: the IBS samplers follow it (see `perf::adaptive_loop`).
+    pub ibs_period_control: Option<perf::period::PeriodControl>,
     pub pebs: pebs::PebsTunables,
     /// Where state that must outlive a crash goes (DAMON's kdamond claim): `/run/pghotd`.
     pub run_dir: std::path::PathBuf,

@@ -13,6 +13,7 @@
 //! their events in the kernel (reference ibs-perf.md §7.4), so the run loop watches
 //! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return.
 
+pub mod adaptive_loop;
 mod open;
 pub mod period;
 pub mod record;
