@@ -606,3 +606,29 @@ fn top_runs_in_tmux_against_a_live_daemon() {
     let _ = tmux(&["kill-server"]);
     assert!(stdout(d.ctl().arg("status")).contains("promotion: paused"));
 }
+
+#[test]
+fn migrate_refuses_a_process_outside_the_scope() {
+    let mut inside = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut outside = Command::new("sleep").arg("30").spawn().unwrap();
+    let d = Daemon::start(&["--pid", &inside.id().to_string()]);
+    let out = util::run_code(
+        d.ctl()
+            .args(["migrate", "--pid"])
+            .arg(outside.id().to_string())
+            .args(["--from", "2", "--to", "0"]),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "pid {} is outside the processes pghotd manages",
+            outside.id()
+        )),
+        "{err}"
+    );
+    for child in [&mut inside, &mut outside] {
+        child.kill().unwrap();
+        let _ = child.wait();
+    }
+}

@@ -22,6 +22,7 @@ use crate::migrator::mover::SysMover;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::pidstats::PidCounts;
 use crate::sampler::StopToken;
+use crate::scope::guard::GuardedMover;
 use crate::stats::{Counter, Stats};
 use crate::topology::{NodeId, Topology};
 
@@ -412,10 +413,23 @@ impl ControlPlane {
         };
         migrate::check(&opts, &self.parts.topology)
             .map_err(|e| failed(ErrorKind::InvalidValue, e))?;
+        // An operator's move obeys the same scope as promotion, and each chunk is checked
+        // against pid reuse like every other move.
+        let scope = Arc::clone(self.parts.ingest.scope());
+        if !scope.admits(pid) {
+            return Err(failed(
+                ErrorKind::InvalidValue,
+                format!(
+                    "pid {pid} is outside the processes pghotd manages; widen pids, cgroups \
+                     or comm in the config first (see pghotctl status)"
+                ),
+            ));
+        }
         tracing::info!("migrate pid {pid} from {from:?} to node {to}: starting");
+        let mut mover = GuardedMover::new(SysMover, scope, Arc::clone(&self.parts.stats));
         let report = migrate::run(
             &opts,
-            &mut SysMover,
+            &mut mover,
             &self.parts.limits,
             &self.parts.clock,
             &self.parts.stats,

@@ -204,6 +204,11 @@ impl Ingest {
         }
     }
 
+    /// The processes pghotd may touch.
+    pub fn scope(&self) -> &Arc<Scope> {
+        &self.scope
+    }
+
     pub fn table(&self) -> &Arc<HotTable> {
         &self.table
     }
