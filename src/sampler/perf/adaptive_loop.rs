@@ -38,10 +38,10 @@ struct Reading {
 }
 
 impl Reading {
-    fn take(stats: &Stats) -> Reading {
+    fn take(stats: &Stats, cpu_time: &dyn Fn() -> Duration) -> Reading {
         Reading {
             at: Instant::now(),
-            cpu: daemon_cpu_time(),
+            cpu: cpu_time(),
             samples: stats.get(Counter::HwhintTotalEvents),
             candidates: stats.get(Counter::PgpromoteCandidate),
             lower_tier: stats.get(Counter::HwhintExtmemAccesses),
@@ -61,19 +61,30 @@ impl Reading {
 
 /// Runs the controller until `stop`; each change of period is logged at debug level.
 pub fn run(
-    mut controller: PeriodController,
+    controller: PeriodController,
     control: PeriodControl,
     stats: Arc<Stats>,
     stop: StopToken,
 ) {
-    let mut before = Reading::take(&stats);
+    run_with(controller, control, &stats, &stop, &daemon_cpu_time);
+}
+
+/// [`run`] with the daemon's CPU clock given (tests run inside a busy test process).
+fn run_with(
+    mut controller: PeriodController,
+    control: PeriodControl,
+    stats: &Stats,
+    stop: &StopToken,
+    cpu_time: &dyn Fn() -> Duration,
+) {
+    let mut before = Reading::take(stats, cpu_time);
     while !stop.is_stopped() {
         // Short sleeps so a stop is seen within 100 ms.
         let deadline = before.at + INTERVAL;
         while Instant::now() < deadline && !stop.is_stopped() {
             std::thread::sleep(Duration::from_millis(100).min(deadline - Instant::now()));
         }
-        let now = Reading::take(&stats);
+        let now = Reading::take(stats, cpu_time);
         let signals = now.since(&before);
         let old = controller.period();
         let next = controller.update(&signals);
@@ -103,7 +114,10 @@ mod tests {
         let stop = StopToken::new();
         let runner = {
             let (control, stats, stop) = (control.clone(), Arc::clone(&stats), stop.clone());
-            std::thread::spawn(move || run(controller, control, stats, stop))
+            // A daemon using 1 % of a core: well under the 5 % budget.
+            let started = Instant::now();
+            let cpu = move || started.elapsed() / 100;
+            std::thread::spawn(move || run_with(controller, control, &stats, &stop, &cpu))
         };
         // Two intervals with samples that keep producing candidates on the slow tier.
         for _ in 0..22 {
