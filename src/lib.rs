@@ -10,6 +10,7 @@
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod fuzz;
 pub mod hotness;
 pub mod migrator;
 pub mod pidstats;
