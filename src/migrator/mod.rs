@@ -86,6 +86,8 @@ pub struct Migrator<M: Mover, C: Clock> {
     pids: Arc<PidStats>,
     /// Outcomes of the group being processed, folded into `pids` once per group.
     group: PidCounts,
+    /// Whole-call move_pages failures so far (other than an exited process), for the log.
+    call_failures: u64,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -113,6 +115,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             paused: Arc::new(AtomicBool::new(false)),
             pids: Arc::new(PidStats::default()),
             group: PidCounts::default(),
+            call_failures: 0,
         }
     }
 
@@ -282,7 +285,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 return 0;
             }
             Err(errno) => {
-                tracing::debug!(pid, node = to, "move_pages failed: {errno}");
+                self.log_call_failure(pid, to_move.len(), errno);
                 call_failure(errno)
             }
         };
@@ -323,11 +326,32 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     fn fail_all(&mut self, pid: u32, n: usize, errno: nix::errno::Errno) {
         self.group.fail += n as u64;
-        let counter = call_failure(errno);
-        if counter != Counter::PgpromoteFailNoProcess {
-            tracing::debug!(pid, "move_pages: {errno}");
+        self.log_call_failure(pid, n, errno);
+        self.stats.add(call_failure(errno), n as u64);
+    }
+
+    /// Logs a move_pages call that failed as a whole. An exited process is logged per group
+    /// (a process exits once); other causes the first time and then every 100th, since a
+    /// persistent one (a cpuset without the destination: EACCES) fails every group.
+    fn log_call_failure(&mut self, pid: u32, pages: usize, errno: nix::errno::Errno) {
+        let counter = call_failure(errno).name();
+        if errno == nix::errno::Errno::ESRCH {
+            tracing::info!(
+                pid,
+                "process exited; {pages} queued pages counted as {counter}"
+            );
+            return;
         }
-        self.stats.add(counter, n as u64);
+        self.call_failures += 1;
+        if self.call_failures % 100 == 1 {
+            tracing::warn!(
+                pid,
+                node = self.node,
+                "move_pages of {pages} pages: {errno}, counted as {counter} ({} such \
+                 failures so far)",
+                self.call_failures
+            );
+        }
     }
 
     pub fn node(&self) -> NodeId {
@@ -548,6 +572,8 @@ fn interval(config: &MigratorConfig) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    mod faults;
+
     use super::mover::fake::{FakeMover, Script};
     use super::ratelimit::tests::FakeClock;
     use super::*;
