@@ -241,4 +241,11 @@ mod regressions {
     fn record_duration_beyond_duration_max() {
         fuzz::control(b"{\"v\":1,\"req\":\"record\",\"duration_s\":1e300}\n");
     }
+
+    /// An off control socket reads back as null from `config get`; the round trip must turn it
+    /// into `""` again rather than drop it (found by `config_structured`).
+    #[test]
+    fn control_socket_off_round_trips() {
+        fuzz::config(b"control_socket = \"\"");
+    }
 }
