@@ -14,6 +14,7 @@ pub mod fuzz;
 pub mod hotness;
 pub mod migrator;
 pub mod pidstats;
+pub mod safefs;
 pub mod sampler;
 pub mod stats;
 pub mod topology;
