@@ -6,7 +6,6 @@
 //! `pghot-metrics` (see `control`).
 //! The main thread never touches samples; it only waits and shuts down.
 
-use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -194,7 +193,8 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
             path: path.clone(),
             source,
         };
-        let file = File::create(path).map_err(record_err)?;
+        // Not File::create: the path may be in /tmp, where a symlink could redirect root.
+        let file = crate::safefs::create_private(path).map_err(record_err)?;
         ingest = ingest.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
     }
     let admission = admission(config, &topology);

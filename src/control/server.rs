@@ -219,7 +219,7 @@ impl Drop for ActiveGuard {
 }
 
 /// What reading a request line gave.
-enum Line {
+pub(crate) enum Line {
     Request(Vec<u8>),
     TooLong,
     Closed,
@@ -227,14 +227,14 @@ enum Line {
 
 /// Reads newline-framed requests of at most [`MAX_REQUEST_BYTES`]; the rest of an over-long
 /// line is read and thrown away, so the next request on the connection still parses.
-struct LineReader {
+pub(crate) struct LineReader {
     buf: Vec<u8>,
     start: usize,
     discarding: bool,
 }
 
 impl LineReader {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         LineReader {
             buf: Vec::with_capacity(4096),
             start: 0,
@@ -242,7 +242,7 @@ impl LineReader {
         }
     }
 
-    fn next(&mut self, stream: &mut UnixStream, stop: &StopToken) -> Line {
+    pub(crate) fn next(&mut self, stream: &mut impl Read, stop: &StopToken) -> Line {
         loop {
             if let Some(i) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
                 let line = self.buf[self.start..self.start + i].to_vec();
@@ -361,6 +361,20 @@ impl Drop for TapGuard<'_> {
     }
 }
 
+/// A `record` request's `duration_s`: positive and finite, and within what a `Duration` holds
+/// (`Duration::from_secs_f64` panics past that; `1e300` once killed the connection thread).
+pub(crate) fn record_duration(s: f64) -> Result<Duration, ErrorBody> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            ErrorBody::new(
+                ErrorKind::InvalidValue,
+                format!("duration_s {s}: must be a positive number of seconds"),
+            )
+        })
+}
+
 /// Streams samples as pghot-trace v1 after an `ok` line, until the duration passes, the client
 /// hangs up or the daemon stops. The trace ends with a comment line with the counts.
 fn record(
@@ -370,14 +384,9 @@ fn record(
     duration_s: Option<f64>,
     peer: Peer,
 ) {
-    let duration = match duration_s {
-        None => None,
-        Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(s) => {
-            let body = ErrorBody::new(
-                ErrorKind::InvalidValue,
-                format!("duration_s {s}: must be a positive number of seconds"),
-            );
+    let duration = match duration_s.map(record_duration).transpose() {
+        Ok(d) => d,
+        Err(body) => {
             let _ = stream.write_all(Response::Error(body).to_line().as_bytes());
             return;
         }

@@ -111,6 +111,8 @@ pub struct Migrator<M: Mover, C: Clock> {
     demoter: Demoter,
     /// The fast nodes this migrator demotes back to its own node.
     demotes_from: Vec<NodeId>,
+    /// Whole-call move_pages failures so far (other than an exited process), for the log.
+    call_failures: u64,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -147,6 +149,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             admission: None,
             heat_admission: HeatAdmission::default(),
             demoter,
+            call_failures: 0,
         }
     }
 
@@ -432,7 +435,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 return 0;
             }
             Err(errno) => {
-                tracing::debug!(pid, node = to, "move_pages failed: {errno}");
+                self.log_call_failure(pid, to_move.len(), errno);
                 call_failure(errno)
             }
         };
@@ -473,11 +476,32 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     fn fail_all(&mut self, pid: u32, n: usize, errno: nix::errno::Errno) {
         self.group.fail += n as u64;
-        let counter = call_failure(errno);
-        if counter != Counter::PgpromoteFailNoProcess {
-            tracing::debug!(pid, "move_pages: {errno}");
+        self.log_call_failure(pid, n, errno);
+        self.stats.add(call_failure(errno), n as u64);
+    }
+
+    /// Logs a move_pages call that failed as a whole. An exited process is logged per group
+    /// (a process exits once); other causes the first time and then every 100th, since a
+    /// persistent one (a cpuset without the destination: EACCES) fails every group.
+    fn log_call_failure(&mut self, pid: u32, pages: usize, errno: nix::errno::Errno) {
+        let counter = call_failure(errno).name();
+        if errno == nix::errno::Errno::ESRCH {
+            tracing::info!(
+                pid,
+                "process exited; {pages} queued pages counted as {counter}"
+            );
+            return;
         }
-        self.stats.add(counter, n as u64);
+        self.call_failures += 1;
+        if self.call_failures % 100 == 1 {
+            tracing::warn!(
+                pid,
+                node = self.node,
+                "move_pages of {pages} pages: {errno}, counted as {counter} ({} such \
+                 failures so far)",
+                self.call_failures
+            );
+        }
     }
 
     pub fn node(&self) -> NodeId {
@@ -700,6 +724,8 @@ fn interval(config: &MigratorConfig) -> Duration {
 
 #[cfg(test)]
 mod tests {
+    mod faults;
+
     use super::mover::fake::{FakeMover, Script};
     use super::ratelimit::tests::FakeClock;
     use super::*;

@@ -77,6 +77,9 @@ pub(crate) mod fake {
         Fail { moved: usize, errno: Errno },
         /// Move the first `moved` pages, then stop: positive return, the rest unwritten.
         Partial { moved: usize },
+        /// Every `every`-th page of the call gets `status` (a negative errno) and stays put:
+        /// a page that became busy or vanished between the query and the move.
+        PageStatus { every: usize, status: i32 },
     }
 
     #[derive(Default)]
@@ -110,12 +113,29 @@ pub(crate) mod fake {
                 }
                 return Ok(0);
             };
+            let mut page_status = None;
             let (limit, result) = match mem.script.pop_front() {
                 None => (pages.len(), Ok(0)),
-                Some(Script::Fail { moved, errno }) => (moved, Err(errno)),
-                Some(Script::Partial { moved }) => (moved, Ok(pages.len() - moved)),
+                Some(Script::Fail { moved, errno }) => (moved.min(pages.len()), Err(errno)),
+                Some(Script::Partial { moved }) => {
+                    let moved = moved.min(pages.len());
+                    (moved, Ok(pages.len() - moved))
+                }
+                Some(Script::PageStatus {
+                    every,
+                    status: errno,
+                }) => {
+                    page_status = Some((every.max(1), errno));
+                    (pages.len(), Ok(0))
+                }
             };
             for (i, (p, n)) in pages.iter().zip(nodes).enumerate().take(limit) {
+                if let Some((every, errno)) = page_status
+                    && i % every == 0
+                {
+                    status[i] = errno;
+                    continue;
+                }
                 let cur = mem.pages.get(&(pid, *p)).copied().unwrap_or(-libc::ENOENT);
                 status[i] = if cur < 0 {
                     cur

@@ -293,7 +293,9 @@ impl Kdamond {
             kdamond: index,
             pids: spec.pids.clone(),
         };
-        std::fs::write(&state_file, state.render()).map_err(io("writing", &state_file))?;
+        crate::safefs::create_private(&state_file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, state.render().as_bytes()))
+            .map_err(io("writing", &state_file))?;
         let kdamond = Kdamond {
             admin,
             index,
