@@ -8,6 +8,11 @@
 //! cold outright ([`COLD_HEAT`]) when nothing waits, so pages of equal heat do not ping-pong.
 //! Demotion shares the promotion rate (`promote_rate_limit_MBps`) through its own bucket.
 //!
+//! Each pass also counts our pages on the node that are cold outright and stay there
+//! ([`Demoter::reclaimable`]): room demotion can still make. The capacity-aware cut counts it
+//! as room, so after a shift of the hot set the old set's pages do not make the fast tier look
+//! full for good and keep out the new set's first, single-sample candidates.
+//!
 //! Each fast node is demoted by one migrator: the one of its nearest lower-tier node, which is
 //! also where its pages go back to.
 
@@ -55,6 +60,8 @@ pub fn pages_wanted(free_kb: u64, total_kb: u64, free_pct: u8, page_bytes: u64) 
 pub struct Demoter {
     /// Hottest candidate held back at each fast node's watermark since the last pass.
     pressure: HashMap<NodeId, f64>,
+    /// Our pages on each fast node that were cold outright at the last pass and stayed.
+    reclaimable: HashMap<NodeId, u64>,
     bucket: TokenBucket,
 }
 
@@ -62,6 +69,7 @@ impl Demoter {
     pub fn new(rate_bytes_per_s: u64, now: Duration) -> Demoter {
         Demoter {
             pressure: HashMap::new(),
+            reclaimable: HashMap::new(),
             bucket: TokenBucket::new(rate_bytes_per_s, now),
         }
     }
@@ -74,6 +82,13 @@ impl Demoter {
     pub fn note_pressure(&mut self, node: NodeId, heat: f64) {
         let max = self.pressure.entry(node).or_insert(0.0);
         *max = max.max(heat);
+    }
+
+    /// Our pages on `node` that were cold outright ([`COLD_HEAT`]) at the last pass that looked
+    /// (one under the low watermark) and were not demoted then: room demotion can still make.
+    /// It may be stale while the node stays above its low watermark, when no room is missing.
+    pub fn reclaimable(&self, node: NodeId) -> u64 {
+        self.reclaimable.get(&node).copied().unwrap_or(0)
     }
 
     /// The coldest pages pghotd promoted to `node`, at most `wanted` and within the budget,
@@ -91,9 +106,11 @@ impl Demoter {
             return Vec::new();
         }
         let mut cold: Vec<(PageKey, f64)> = Vec::new();
+        let mut cold_outright = 0u64;
         table.for_each_page(|e, heat| {
             if e.is_promoted() && e.node() == node && heat < below {
                 cold.push((e.key(), heat));
+                cold_outright += u64::from(heat < COLD_HEAT);
             }
         });
         let n = wanted.min(cold.len());
@@ -104,6 +121,9 @@ impl Demoter {
         let allowed = self.bucket.take_units(now, page_bytes, cold.len());
         cold.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
         cold.truncate(allowed);
+        let chosen_cold = cold.iter().filter(|(_, heat)| *heat < COLD_HEAT).count() as u64;
+        self.reclaimable
+            .insert(node, cold_outright.saturating_sub(chosen_cold));
         cold.into_iter().map(|(k, _)| k).collect()
     }
 
@@ -214,7 +234,10 @@ mod tests {
             op: AccessOp::Load,
         });
         let mut d = Demoter::new(3 * PAGE_SIZE, Duration::ZERO);
+        assert_eq!(d.reclaimable(0), 0, "nothing known before a pass");
         assert_eq!(d.victims(&t, 0, 10, Duration::ZERO, PAGE_SIZE).len(), 3);
+        // The seven cold pages the budget left are room demotion can still make.
+        assert_eq!(d.reclaimable(0), 7);
         assert_eq!(d.victims(&t, 0, 10, Duration::ZERO, PAGE_SIZE).len(), 0);
         d.refund(PAGE_SIZE);
         assert_eq!(d.victims(&t, 0, 10, Duration::ZERO, PAGE_SIZE).len(), 1);

@@ -279,10 +279,21 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         for (_, heat) in &heats {
             self.heat_admission.observe(*heat);
         }
-        if group.len() <= room && self.heat_admission.demand() <= room as u64 {
+        // With demotion, our pages that went cold are room too: demotion frees it for whoever
+        // the watermark holds back now. Counted as taken, they kept the cut high after a
+        // shift of the hot set, and the new set's single-sample candidates (heat just under
+        // 1, the bin below a twice-sampled page's) were refused as cold while room was left.
+        // The count admitted stays what fits now; the watermark is never crossed.
+        let reclaimable = if self.config.demote && !self.config.dry_run {
+            self.demoter.reclaimable(to)
+        } else {
+            0
+        };
+        let cut_room = (room as u64).saturating_add(reclaimable);
+        if group.len() <= room && self.heat_admission.demand() <= cut_room {
             return group.to_vec();
         }
-        let cut = self.heat_admission.cut(room as u64);
+        let cut = self.heat_admission.cut(cut_room);
         let n = admit_hottest(&mut heats, room, cut);
         for (c, heat) in &heats[n..] {
             self.demoter.note_pressure(to, *heat);
@@ -1170,21 +1181,69 @@ mod tests {
         assert_eq!(outcomes(&rig), 46);
     }
 
-    #[test]
-    fn demotion_moves_back_our_coldest_pages_under_the_low_watermark() {
+    /// A rig with pages 0..`mapped` of pid 10 on the slow node, of which 0..`promoted` were
+    /// sampled twice at 0 ms and promoted to node 0.
+    fn rig_with_promoted(demote: bool, mapped: u64, promoted: u64) -> (Rig, Arc<FakeFree>) {
         let config = MigratorConfig {
-            demote: true,
+            demote,
             ..MigratorConfig::default()
         };
         let (mut rig, free) = rig_with_free(config);
-        map(&rig, 10, 0..6);
-        // Promote six pages; pages 0-2 then go cold, 3-5 stay hot.
-        for page in 0..6 {
+        map(&rig, 10, 0..mapped);
+        for page in 0..promoted {
             sample(&rig, 10, page, 2, 0);
         }
         rig.migrator
-            .process(&mut (0..6).map(|p| cand(10, p, 0)).collect());
-        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
+            .process(&mut (0..promoted).map(|p| cand(10, p, 0)).collect());
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), promoted);
+        (rig, free)
+    }
+
+    /// After a shift: eight of our pages went cold, six single-sample candidates of the new
+    /// set and two hotter ones arrive, with room for four. Returns (promoted of the new set,
+    /// held back as cold, held back at the watermark).
+    fn shifted_set_with_room_for_four(demote: bool) -> (u64, u64, u64) {
+        let (mut rig, free) = rig_with_promoted(demote, 40, 8);
+        // The old demand ages out; plenty free, nothing demoted.
+        for _ in 0..3 {
+            rig.migrator.maintain();
+        }
+        // 10 s later the new set is sampled: once (heat 1) or four times (heat 4).
+        for page in 10..16 {
+            sample(&rig, 10, page, 1, 10_000);
+        }
+        for page in 20..22 {
+            sample(&rig, 10, page, 4, 10_000);
+        }
+        // Two pages under the low watermark: a pass demotes two of the cold eight.
+        free.0.lock().insert(0, 51_535 - 8);
+        rig.migrator.maintain();
+        let demoted = counter(&rig, Counter::PgdemoteSuccess);
+        assert_eq!(demoted, if demote { 2 } else { 0 });
+        free.0.lock().insert(0, NODE0_RESERVE_KB + 4 * 4);
+        let mut batch: Vec<_> = (10..16).chain(20..22).map(|p| cand(10, p, 0)).collect();
+        rig.migrator.process(&mut batch);
+        (
+            counter(&rig, Counter::PgpromoteSuccess) - 8,
+            counter(&rig, Counter::PgpromoteFailCold),
+            counter(&rig, Counter::PgpromoteFailWatermark),
+        )
+    }
+
+    #[test]
+    fn with_demotion_our_cold_pages_count_as_room_for_the_heat_cut() {
+        // Without demotion the old set's pages are there for good: the cut keeps the room for
+        // the hotter pages and refuses the single-sample ones as cold, room left over.
+        assert_eq!(shifted_set_with_room_for_four(false), (2, 6, 0));
+        // With it, the six cold pages left are room demotion can make: the room is filled,
+        // and what it cannot take waits at the watermark (which makes the next pass demote).
+        assert_eq!(shifted_set_with_room_for_four(true), (4, 0, 4));
+    }
+
+    #[test]
+    fn demotion_moves_back_our_coldest_pages_under_the_low_watermark() {
+        // Promote six pages; pages 0-2 then go cold, 3-5 stay hot.
+        let (mut rig, free) = rig_with_promoted(true, 6, 6);
         for page in 3..6 {
             rig.table.touch(&Access {
                 key: PageKey::new(10, page * PAGE_SIZE).unwrap(),

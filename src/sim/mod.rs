@@ -630,12 +630,17 @@ mod tests {
 
     #[test]
     fn a_shifted_hot_set_recovers_only_with_demotion_and_never_past_the_watermark() {
-        let with = run(&params(Shape::Shifting, pghotd(AUTO, 1, true), 170.0));
+        // At 1/64, the scale of BENCHMARKS.md: coarser scales hide what held recovery back
+        // (a 96-page fast tier at 1/1024 never left the heat cut much to do).
+        let with = run(&SimParams {
+            scale: 64.0,
+            ..params(Shape::Shifting, pghotd(AUTO, 1, true), 135.0)
+        });
         assert_eq!(with.recovery_95_s.len(), 2);
         for r in &with.recovery_95_s {
-            // The bar is two promotion windows (10 s at pghotd's default 5 s); at the
-            // 5 % budget the model measures 8-12 s (see BENCHMARKS.md), so this checks 15 s.
-            assert!(r.is_some_and(|s| s <= 15.0), "{:?}", with.recovery_95_s);
+            // The bar: two promotion windows (10 s at pghotd's default 5 s), at the
+            // default 5 % budget (BENCHMARKS.md: 7.0-8.9 s over seeds 1-8).
+            assert!(r.is_some_and(|s| s <= 10.0), "{:?}", with.recovery_95_s);
         }
         assert!(with.watermark_kept && with.demoted_mb > 0.0);
         let without = run(&params(Shape::Shifting, pghotd(AUTO, 1, false), 170.0));
