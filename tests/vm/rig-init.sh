@@ -270,8 +270,11 @@ run_hotplug() {
 	came=$(grep -c 'cpu 1 came online' /tmp/pghotd.log)
 	went=${went:-0}
 	came=${came:-0}
+	# A CPU sampler that gave up by itself (an fd error) rather than being stopped.
+	gave_up=$(grep -c -E 'sampler stops|is not sampled any more' /tmp/pghotd.log)
+	gave_up=${gave_up:-0}
 	term_s=$(awk -v a="$t_term" -v b="$t_exit" 'BEGIN { printf "%.2f", b - a }')
-	echo "RESULT {\"hotplug_cycles\":$RIG_HOTPLUG_CYCLES,\"phase_s\":$phase,\"offline_s\":$offline_s,\"went_offline_logged\":$went,\"came_online_logged\":$came,\"cpu1_samples_before\":$cpu1_before,\"cpu1_samples_offline\":$cpu1_offline,\"cpu0_samples_offline\":$cpu0_offline,\"cpu1_samples_after\":$cpu1_after,\"recorded\":$recorded,\"perf_fds\":\"$fds\",\"alive_before_term\":$pghotd_alive,\"pghotd_rc\":\"$pghotd_rc\",\"term_exit_s\":$term_s}"
+	echo "RESULT {\"hotplug_cycles\":$RIG_HOTPLUG_CYCLES,\"phase_s\":$phase,\"offline_s\":$offline_s,\"went_offline_logged\":$went,\"came_online_logged\":$came,\"samplers_gave_up\":$gave_up,\"cpu1_samples_before\":$cpu1_before,\"cpu1_samples_offline\":$cpu1_offline,\"cpu0_samples_offline\":$cpu0_offline,\"cpu1_samples_after\":$cpu1_after,\"recorded\":$recorded,\"perf_fds\":\"$fds\",\"alive_before_term\":$pghotd_alive,\"pghotd_rc\":\"$pghotd_rc\",\"term_exit_s\":$term_s}"
 	cpu=$(children_cpu /tmp/pghotd.times)
 	vm=$(awk 'NR == FNR { b[$1] = $2; next } $1 ~ /^(numa_|pgmigrate_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' /tmp/vmstat.before /tmp/vmstat.after)
 	echo "PGHOT-RIG-STATS scenario=hotplug errors=$errors promoter=pghotd pghotd_rc=$pghotd_rc pghotd_utime_s=${cpu% *} pghotd_stime_s=${cpu#* }$vm boot_s=$t_init workload_s=$(awk -v a="$t_start" -v b="$t_exit" 'BEGIN { printf "%.2f", b - a }') guest_s=$(uptime_s)"

@@ -35,7 +35,8 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
                       to 99 % <= numab2's if run; pghotd-softdirty: hot set >= 99 %,
                       over-promotion <= 5 %, 0 hint faults; pghotd-damon: hot set >= 99 %,
                       over-promotion below damon's if run, 0 hint faults; hotplug: both log
-                      lines per cycle, cpu 1 sampled before and after, none while offline,
+                      lines per cycle and no sampler giving up, cpu 1 sampled before and
+                      after, none while offline,
                       cpu 0 sampled meanwhile, perf fds closed and reopened, every sample
                       counted, exit 0 within 1.2 s of SIGTERM
   --keep-console DIR  save each scenario's console as DIR/SCENARIO.console
@@ -347,7 +348,7 @@ if [ ${#results[@]} -gt 0 ]; then
 			elif .scenario == "pghotd-damon" then
 				"pghotd-damon: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)) + its kdamond \(.guest.kdamond_cpu_s); \(.pghotd.counters.damon_snapshots // "-") snapshots, \(.pghotd.counters.damon_regions_seen // "-") accessed regions read, \(.pghotd.counters.source_damon_samples // "-") samples, \(.pghotd.counters.damon_credits_capped // "-") credits capped; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
 			elif .scenario == "hotplug" then
-				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
+				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x, a sampler giving up \(.samplers_gave_up)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
 			else empty end' <<< "${results[i]}"
 	done
 	echo
@@ -418,6 +419,7 @@ if [ "$bar" = 1 ]; then
 		bar_check hotplug '(.hotplug_cycles) as $c
 			| (if .went_offline_logged == $c then empty else "logged \(.went_offline_logged) of \($c) \"cpu 1 went offline\"" end),
 			(if .came_online_logged == $c then empty else "logged \(.came_online_logged) of \($c) \"cpu 1 came online\"" end),
+			(if .samplers_gave_up == 0 then empty else "\(.samplers_gave_up) log lines of a CPU sampler giving up" end),
 			(if .cpu1_samples_before > 0 then empty else "no cpu 1 samples before it went offline" end),
 			(if .cpu1_samples_after > 0 then empty else "no cpu 1 samples after it came back" end),
 			(if .cpu1_samples_offline == 0 then empty else "\(.cpu1_samples_offline) cpu 1 samples while it was offline" end),
