@@ -126,7 +126,8 @@ counters! {
     PgpromoteFailNotMigrated => "pgpromote_fail_not_migrated",
     /// Any other errno.
     PgpromoteFailOther => "pgpromote_fail_other",
-    /// Queued pages abandoned by a stop before their batch ran.
+    /// Queued pages abandoned by a stop before their batch ran, and candidates offered after
+    /// their migrator had stopped (sources record until they see the stop).
     PgpromoteAbandoned => "pgpromote_abandoned",
     /// Candidates held back while promotion is paused (`pghotctl pause`); offered again on
     /// their next sample.

@@ -5,30 +5,36 @@
 //! QEMU topology snapshot (`--sysfs-root`). The kernel's answers are real: its query finds the
 //! touched pages on node 0 (top tier: `pgpromote_already_toptier`), untouched ones not present,
 //! an unmapped address faulting, and a process that has exited gone. Cross-node moves are
-//! proven in the QEMU rig.
+//! proven in the QEMU rig. A SIGTERM while the migrator works on such a process ends the run
+//! within a second with every candidate in one outcome counter.
 
 mod util;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const CHILD_ENV: &str = "PGHOT_TEST_CHILD";
 const PAGE: u64 = 4096;
 
-/// Run as the child (re-executed test binary): allocate 16 pages, touch the first 8, print the
-/// buffer's page-aligned address, and wait until stdin closes.
+/// Run as the child (re-executed test binary): allocate `$PGHOT_TEST_CHILD` + 64 pages, touch
+/// the first `$PGHOT_TEST_CHILD`, print the buffer's page-aligned address, and wait until stdin
+/// closes.
 #[test]
 fn child_process_main() {
-    if std::env::var_os(CHILD_ENV).is_none() {
+    let Some(touched) = std::env::var(CHILD_ENV)
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    else {
         return;
-    }
+    };
     // calloc-backed: pages not written stay unpopulated.
-    let buf = vec![0u8; 64 * PAGE as usize];
+    let buf = vec![0u8; ((touched + 64) * PAGE) as usize];
     let base = (buf.as_ptr() as u64).next_multiple_of(PAGE);
-    for i in 0..8 {
+    for i in 0..touched {
         let p = (base + i * PAGE) as *mut u8;
-        // SAFETY: p lies inside `buf` (base + 8 pages < start + 64 pages), which is alive and
-        // only written through this pointer while the test holds it.
+        // SAFETY: p lies inside `buf` (base + touched pages < start + touched + 64 pages),
+        // which is alive and only written through this pointer while the test holds it.
         unsafe { p.write_volatile(1) };
     }
     println!("\n{base:#x}");
@@ -47,7 +53,7 @@ struct Child {
 
 // The caller waits for the child once the replay is done.
 #[allow(clippy::zombie_processes)]
-fn spawn_child() -> Child {
+fn spawn_child(touched: u64) -> Child {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -55,7 +61,7 @@ fn spawn_child() -> Child {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, "1")
+        .env(CHILD_ENV, touched.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -86,7 +92,7 @@ fn exited_pid() -> u32 {
 
 #[test]
 fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
-    let mut child = spawn_child();
+    let mut child = spawn_child(8);
     let pid = child.child.id();
     let gone = exited_pid();
     let dir = tempfile::tempdir().unwrap();
@@ -169,4 +175,136 @@ fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
     );
     // One query per (pid) group, no move: nothing was on a lower tier.
     assert_eq!(c["migrator_move_pages_calls"].as_u64(), Some(2));
+}
+
+/// `pages` pages of `pid` from `first` on, two samples each on the lower tier (node 2 of the
+/// snapshot), in pghot-trace v1.
+fn lower_tier_pairs(pid: u32, base: u64, first: u64, pages: u64) -> String {
+    let mut t = String::new();
+    for round in 0..2 {
+        for page in first..first + pages {
+            let time = 1_000_000_000 + (round * 100_000 + page) * 1000;
+            t.push_str(&format!(
+                "{time} 0 {pid} {pid} {:#x} - L extmem 2\n",
+                base + page * PAGE
+            ));
+        }
+    }
+    t
+}
+
+#[test]
+fn sigterm_while_the_migrator_works_on_a_live_process_accounts_every_candidate() {
+    // The migrator wakes when BATCH candidates wait and drains everything queued; its
+    // interval is too long to come during the test, so fewer than BATCH just wait.
+    const BATCH: u64 = 4096;
+    const QUEUED: u64 = 300;
+    const STREAMED: u64 = 1000;
+    let mut child = spawn_child(BATCH + QUEUED + STREAMED);
+    let pid = child.child.id();
+    let dir = tempfile::tempdir().unwrap();
+    let (fifo, socket, stats) = (
+        dir.path().join("samples.fifo"),
+        dir.path().join("ctl.sock"),
+        dir.path().join("stats.json"),
+    );
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let mut daemon = util::pghotd_bare()
+        .arg("--source")
+        .arg(format!("trace:{}", fifo.display()))
+        .arg("--sysfs-root")
+        .arg(util::qemu_3node())
+        .args(["--pid", &pid.to_string()])
+        .args(["--migrate-batch", &BATCH.to_string()])
+        .args(["--migrate-interval-ms", "60000"])
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--stats-json")
+        .arg(&stats)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    // One full batch goes through the real move_pages query (the pages are on node 0, a top
+    // tier). The migrator's counters are live; the recorders' are folded every 1024 samples.
+    w.write_all(lower_tier_pairs(pid, child.base, 0, BATCH).as_bytes())
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = util::run(util::pghotctl(&socket).args(["stats", "--json"]), true);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["counters"]["pgpromote_already_toptier"].as_u64() == Some(BATCH) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the batch never ran: {v:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // These wait in the queue.
+    w.write_all(lower_tier_pairs(pid, child.base, BATCH, QUEUED).as_bytes())
+        .unwrap();
+    // And samples keep arriving while the signal lands.
+    let streamer = std::thread::spawn(move || {
+        for page in BATCH + QUEUED..BATCH + QUEUED + STREAMED {
+            if w.write_all(lower_tier_pairs(pid, child.base, page, 1).as_bytes())
+                .is_err()
+            {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = daemon.wait().unwrap();
+    let took = sent.elapsed();
+    streamer.join().unwrap();
+    let mut log = String::new();
+    daemon
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    drop(child.child.stdin.take());
+    child.child.wait().unwrap();
+    assert!(status.success(), "{status}\n{log}");
+    assert!(took < Duration::from_secs(1), "stopped in {took:?}\n{log}");
+
+    let c = util::counters(&stats);
+    let get = |name: &str| c.get(name).and_then(|v| v.as_u64()).unwrap_or(0);
+    // Every candidate ends in exactly one outcome (see `Counter::PgpromoteCandidate`).
+    let outcomes: u64 = c
+        .iter()
+        .filter(|(name, _)| {
+            name.starts_with("pgpromote_")
+                && !name.starts_with("pgpromote_success_node")
+                && !name.starts_with("pgpromote_bytes_node")
+                && *name != "pgpromote_candidate"
+        })
+        .map(|(_, v)| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(outcomes, get("pgpromote_candidate"), "{c:#?}\n{log}");
+    // The batch that ran, and the queued rest plus what streamed in before the source stopped
+    // abandoned: nothing else.
+    assert_eq!(get("pgpromote_already_toptier"), BATCH, "{c:#?}");
+    let abandoned = get("pgpromote_abandoned");
+    assert!(
+        (QUEUED..QUEUED + STREAMED).contains(&abandoned),
+        "{abandoned} abandoned: {c:#?}"
+    );
+    assert_eq!(get("pgpromote_candidate"), BATCH + abandoned, "{c:#?}");
+    // Every sample read was recorded (2 per page): none lost on the way out.
+    assert_eq!(
+        get("pghot_recorded_accesses"),
+        2 * get("pgpromote_candidate"),
+        "{c:#?}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert_eq!(doc["stop_reason"], "signal");
 }

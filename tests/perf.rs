@@ -1,5 +1,6 @@
 //! The per-CPU perf sampler for real: `pghotd --source pagefault` watching a child process
-//! (`pghot-workload`) fault in a fresh buffer. Needs root or CAP_PERFMON, as CI has.
+//! (`pghot-workload`) fault in a fresh buffer; its perf fds and a stop and restart on one
+//! config. Needs root or CAP_PERFMON, as CI has.
 
 mod util;
 
@@ -201,4 +202,79 @@ fn an_unprivileged_user_is_told_per_cpu_why_and_what_to_do() {
         err.contains("kernel.perf_event_paranoid <= 0 (it is"),
         "{err}"
     );
+}
+
+/// How many of `pid`'s fds are perf events (links to `anon_inode:[perf_event]`).
+fn perf_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy() == "anon_inode:[perf_event]")
+        .count()
+}
+
+#[test]
+fn sigterm_releases_the_perf_fds_and_a_restart_runs_on_the_same_config() {
+    let cpus = pghotd::sampler::perf::online_cpus(&pghotd::topology::SysfsRoot::new("/sys"))
+        .unwrap()
+        .len();
+    let dir = tempfile::tempdir().unwrap();
+    let (config, socket, stats) = (
+        dir.path().join("pghotd.toml"),
+        dir.path().join("ctl.sock"),
+        dir.path().join("stats.json"),
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "enabled_sources = [\"pagefault\"]\ndry_run = true\nfreq_threshold = 3\n\
+             control_socket = {:?}\n[pagefault]\nperiod = 4\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    for run in 1..=2 {
+        let mut daemon = util::pghotd_bare()
+            .arg("--config")
+            .arg(&config)
+            .arg("--stats-json")
+            .arg(&stats)
+            .args(["--log", "info"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning pghotd");
+        let log = wait_for_sampling(&mut daemon);
+        // One page-fault event per online CPU, and the config's settings in force.
+        assert_eq!(perf_fds(daemon.id()), cpus, "run {run}");
+        let got = util::run(
+            util::pghotctl(&socket).args(["--json", "config", "get", "freq_threshold"]),
+            true,
+        );
+        let got: Value = serde_json::from_slice(&got.stdout).unwrap();
+        assert_eq!(got["freq_threshold"], 3, "run {run}: {got}");
+        // Still exactly one per CPU after a few drains.
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(perf_fds(daemon.id()), cpus, "run {run}");
+
+        let sent = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(daemon.id() as i32),
+            nix::sys::signal::SIGTERM,
+        )
+        .unwrap();
+        let status = daemon.wait().unwrap();
+        let took = sent.elapsed();
+        let log = log.join().unwrap();
+        assert!(status.success(), "run {run}: {status}\n{log}");
+        assert!(
+            took < Duration::from_secs(1),
+            "run {run}: stopped in {took:?}\n{log}"
+        );
+        assert!(
+            log.contains(&format!("config loaded from {}", config.display())),
+            "run {run}:\n{log}"
+        );
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+        assert_eq!(doc["stop_reason"], "signal", "run {run}");
+    }
 }

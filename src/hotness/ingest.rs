@@ -313,14 +313,19 @@ impl Recorder {
             .queues
             .get(usize::from(candidate.from_node))
             .and_then(Option::as_ref);
-        // Full: the page stays eligible and is offered again on its next access.
-        let sent = queue.is_some_and(|q| q.offer(candidate).is_ok());
-        if sent {
+        // Refused: the page stays eligible and is offered again on its next access.
+        let refused = match queue.map(|q| q.offer(candidate)) {
+            Some(Ok(())) => None,
+            Some(Err(refused)) => Some(refused.counter),
+            None => Some(Counter::PgpromoteQueueFull),
+        };
+        match refused {
             // The page is about to move: do not trust a cached node for it.
-            self.resolver.forget(candidate.key);
-        } else {
-            self.local.bump(Counter::PgpromoteQueueFull);
-            self.ingest.table.unqueue(candidate.key);
+            None => self.resolver.forget(candidate.key),
+            Some(counter) => {
+                self.local.bump(counter);
+                self.ingest.table.unqueue(candidate.key);
+            }
         }
     }
 

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, select};
 
 use crate::hotness::ingest::Candidate;
 use crate::hotness::{HotTable, PageKey};
@@ -537,6 +537,14 @@ pub fn candidate_queue(capacity: usize, wake_at: usize) -> (CandidateSender, Can
     )
 }
 
+/// A candidate [`CandidateSender::offer`] could not queue, and the outcome it is counted as.
+#[derive(Debug)]
+pub struct Refused {
+    pub candidate: Candidate,
+    /// `pgpromote_queue_full`, or `pgpromote_abandoned` once the migrator has stopped.
+    pub counter: Counter,
+}
+
 /// The sampler side of a candidate queue.
 #[derive(Debug, Clone)]
 pub struct CandidateSender {
@@ -546,9 +554,10 @@ pub struct CandidateSender {
 }
 
 impl CandidateSender {
-    /// Queues a candidate; gives it back when the queue is full.
+    /// Queues a candidate; gives it back, with the counter it ends in, when the queue is full
+    /// or its migrator has stopped (a shutdown: sources record until they see the stop).
     #[inline]
-    pub fn offer(&self, candidate: Candidate) -> Result<(), Candidate> {
+    pub fn offer(&self, candidate: Candidate) -> Result<(), Refused> {
         match self.tx.try_send(candidate) {
             Ok(()) => {
                 if self.tx.len() >= self.wake_at {
@@ -557,7 +566,14 @@ impl CandidateSender {
                 }
                 Ok(())
             }
-            Err(e) => Err(e.into_inner()),
+            Err(TrySendError::Full(candidate)) => Err(Refused {
+                candidate,
+                counter: Counter::PgpromoteQueueFull,
+            }),
+            Err(TrySendError::Disconnected(candidate)) => Err(Refused {
+                candidate,
+                counter: Counter::PgpromoteAbandoned,
+            }),
         }
     }
 
@@ -1339,11 +1355,18 @@ mod tests {
         for p in 5..16 {
             tx.offer(cand(10, p, 0)).unwrap();
         }
+        let refused = tx.offer(cand(10, 16, 0)).unwrap_err();
         assert_eq!(
-            tx.offer(cand(10, 16, 0)).unwrap_err().key,
-            cand(10, 16, 0).key
+            (refused.candidate.key, refused.counter),
+            (cand(10, 16, 0).key, Counter::PgpromoteQueueFull)
         );
         assert_eq!(rx.len(), 16);
+        // Shutdown: the migrator has stopped and dropped its end.
+        drop(rx);
+        assert_eq!(
+            tx.offer(cand(10, 17, 0)).unwrap_err().counter,
+            Counter::PgpromoteAbandoned
+        );
     }
 
     #[test]

@@ -8,7 +8,9 @@
 # kernel.numa_balancing=2; damon: a DAMON paddr migrate_hot scheme over the slow node; pghotd-emu:
 # pghotd fed by the workload's emitted samples through a FIFO; pghotd-softdirty / pghotd-damon:
 # pghotd --source softdirty / damon --pid <workload>, started once the buffer is placed), streams the workload's output to
-# the console and ends with machine-readable lines the host parses:
+# the console and ends with machine-readable lines the host parses. The hotplug scenario has no
+# tiering workload: pghotd --source pagefault while cpu 1 goes offline and back (run_hotplug),
+# with a RESULT line of its own.
 #   PGHOT-RIG-BEGIN key=value...        what runs
 #   t=... / RESULT {json}               the workload's own lines
 #   PGHOT-RIG-PGHOTD {json}             pghotd's --stats-json (pghotd-*)
@@ -51,12 +53,21 @@ stat_cpu() {
 # wait_line FILE REGEX SECS [PID...]: wait until FILE has a line matching REGEX; give up after
 # SECS or when any PID has exited.
 wait_line() {
+	wl_file=$1
+	wl_regex=$2
+	wl_secs=$3
+	shift 3
+	wait_line_count "$wl_file" "$wl_regex" 1 "$wl_secs" "$@"
+}
+# wait_line_count FILE REGEX N SECS [PID...]: wait_line for N lines matching REGEX.
+wait_line_count() {
 	file=$1
 	regex=$2
-	limit=$(($3 * 10))
-	shift 3
+	want=$3
+	limit=$(($4 * 10))
+	shift 4
 	n=0
-	while ! grep -q -E "$regex" "$file" 2>/dev/null; do
+	while c=$(grep -c -E "$regex" "$file" 2>/dev/null); [ "${c:-0}" -lt "$want" ]; do
 		[ "$n" -ge "$limit" ] && return 1
 		for p in "$@"; do
 			alive "$p" || return 1
@@ -148,6 +159,126 @@ pghotd_start() {
 	pghotd_pid=$(pidof pghotd)
 	info "pghotd pid ${pghotd_pid:--}: pghotd $* --freq-threshold $RIG_FREQ_THRESHOLD --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
 }
+# pghotd_report: the tail of pghotd's log and its --stats-json, for the host.
+pghotd_report() {
+	info "pghotd log (last 40 lines):"
+	tail -n 40 /tmp/pghotd.log | sed 's/^/pghotd: /'
+	if [ -s /tmp/pghotd.json ]; then
+		echo "PGHOT-RIG-PGHOTD $(tr -d '\n' < /tmp/pghotd.json)"
+	else
+		err "pghotd wrote no --stats-json"
+	fi
+}
+# perf_fds PID: how many perf event fds PID holds (links to anon_inode:[perf_event]).
+perf_fds() {
+	k=0
+	for f in /proc/"$1"/fd/*; do
+		case $(readlink "$f" 2>/dev/null) in
+		*perf_event*) k=$((k + 1)) ;;
+		esac
+	done
+	echo "$k"
+}
+# cpu_samples FILE CPU FROM TO: recorded samples (pghot-trace lines) on CPU with a time
+# (CLOCK_MONOTONIC ns, which is /proc/uptime in a guest that never suspends) in [FROM, TO) s.
+cpu_samples() {
+	awk -v cpu="$2" -v from="$3" -v to="$4" '
+		$1 ~ /^[0-9]+$/ && $2 == cpu && $1 / 1e9 >= from && $1 / 1e9 < to { n++ }
+		END { print n + 0 }' "$1"
+}
+# run_hotplug: the CPU hotplug scenario. pghotd --source pagefault (one perf sampler per
+# CPU) records the faults of short-lived loaders, one pinned to each CPU, while cpu 1 goes
+# offline and comes back RIG_HOTPLUG_CYCLES times; then SIGTERM. Ends with a RESULT line of
+# its own (no tier figures) that rig.sh checks with --bar hotplug.
+run_hotplug() {
+	online=/sys/devices/system/cpu/cpu1/online
+	# RIG_DURATION split over the phases (cpu 1 on, then off and on again per cycle), >= 2 s each.
+	phase=$(awk -v d="$RIG_DURATION" -v c="$RIG_HOTPLUG_CYCLES" 'BEGIN { p = int(d / (2 * c + 1)); print (p < 2 ? 2 : p) }')
+	[ -w "$online" ] || err "$online is not writable: cpu 1 cannot go offline"
+	info "hotplug: cpus online $(cat /sys/devices/system/cpu/online); $RIG_HOTPLUG_CYCLES cycles of cpu 1 offline/online, ${phase} s per phase"
+	# Loaders: fresh processes that fault in 4 MiB each, from user mode, pinned to cpu 0 and
+	# cpu 1 in turn; taskset fails while cpu 1 is offline (then the loop naps).
+	(
+		while [ ! -e /tmp/loader.stop ]; do
+			taskset -c 0 /bin/pghot-workload --size-mb 4 --pattern uniform --node 0 --duration 0.05 --report-ms 1000 > /dev/null 2>&1
+			taskset -c 1 /bin/pghot-workload --size-mb 4 --pattern uniform --node 0 --duration 0.05 --report-ms 1000 > /dev/null 2>&1 || sleep 0.05
+		done
+	) &
+	loader=$!
+	cat /proc/vmstat > /tmp/vmstat.before
+	t_start=$(uptime_s)
+	pghotd_start --source pagefault --dry-run --record /tmp/rec.trace
+	wait_line /tmp/pghotd.log 'sampling on cpu' 20 "$pghotd_sub" || err "pghotd did not log 'sampling on cpu' within 20 s"
+	fds_start=$(perf_fds "$pghotd_pid")
+	fds="$fds_start"
+	sleep "$phase"
+	t_first_off=
+	t_last_on=
+	offline_s=0
+	i=1
+	while [ "$i" -le "$RIG_HOTPLUG_CYCLES" ]; do
+		t_off=$(uptime_s)
+		[ -n "$t_first_off" ] || t_first_off=$t_off
+		echo 0 > "$online" || err "cycle $i: echo 0 > $online failed"
+		t_offline=$(uptime_s)
+		# The sampler looks at the CPU list every 500 ms.
+		wait_line_count /tmp/pghotd.log 'cpu 1 went offline' "$i" 5 "$pghotd_sub" ||
+			err "cycle $i: pghotd did not log 'cpu 1 went offline' within 5 s"
+		sleep "$phase"
+		fds="$fds,$(perf_fds "$pghotd_pid")"
+		t_on=$(uptime_s)
+		echo 1 > "$online" || err "cycle $i: echo 1 > $online failed"
+		wait_line_count /tmp/pghotd.log 'cpu 1 came online' "$i" 5 "$pghotd_sub" ||
+			err "cycle $i: pghotd did not log 'cpu 1 came online' within 5 s"
+		t_last_on=$(uptime_s)
+		offline_s=$(awk -v a="$offline_s" -v b="$t_offline" -v c="$t_on" 'BEGIN { printf "%.2f", a + c - b }')
+		echo "$t_offline $t_on" >> /tmp/offline.windows
+		sleep "$phase"
+		fds="$fds,$(perf_fds "$pghotd_pid")"
+		i=$((i + 1))
+	done
+	touch /tmp/loader.stop
+	wait "$loader"
+	pghotd_alive=0
+	alive "$pghotd_pid" && pghotd_alive=1
+	[ "$pghotd_alive" = 1 ] || err "pghotd exited before SIGTERM"
+	t_term=$(uptime_s)
+	kill -TERM "$pghotd_pid" 2>/dev/null
+	if ! wait_pid_exit "$pghotd_sub" 10; then
+		err "pghotd still running 10 s after SIGTERM; sending SIGKILL"
+		kill -KILL "$pghotd_pid" 2>/dev/null
+		wait "$pghotd_sub" 2>/dev/null
+	fi
+	t_exit=$(uptime_s)
+	pghotd_rc=$(cat /tmp/pghotd.rc 2>/dev/null || echo -)
+	[ "$pghotd_rc" = 0 ] || err "pghotd exited with status $pghotd_rc"
+	cat /proc/vmstat > /tmp/vmstat.after
+	pghotd_report
+	[ -s /tmp/rec.trace ] || err "pghotd recorded nothing (/tmp/rec.trace)"
+	recorded=$(grep -c '^[0-9]' /tmp/rec.trace 2>/dev/null)
+	recorded=${recorded:-0}
+	cpu1_before=$(cpu_samples /tmp/rec.trace 1 0 "$t_first_off")
+	cpu1_after=$(cpu_samples /tmp/rec.trace 1 "$t_last_on" "$t_exit")
+	# Samples on cpu 1 stamped inside an offline window (none can be taken there).
+	cpu1_offline=0
+	cpu0_offline=0
+	while read -r a b; do
+		cpu1_offline=$((cpu1_offline + $(cpu_samples /tmp/rec.trace 1 "$a" "$b")))
+		cpu0_offline=$((cpu0_offline + $(cpu_samples /tmp/rec.trace 0 "$a" "$b")))
+	done < /tmp/offline.windows
+	went=$(grep -c 'cpu 1 went offline' /tmp/pghotd.log)
+	came=$(grep -c 'cpu 1 came online' /tmp/pghotd.log)
+	went=${went:-0}
+	came=${came:-0}
+	# A CPU sampler that gave up by itself (an fd error) rather than being stopped.
+	gave_up=$(grep -c -E 'sampler stops|is not sampled any more' /tmp/pghotd.log)
+	gave_up=${gave_up:-0}
+	term_s=$(awk -v a="$t_term" -v b="$t_exit" 'BEGIN { printf "%.2f", b - a }')
+	echo "RESULT {\"hotplug_cycles\":$RIG_HOTPLUG_CYCLES,\"phase_s\":$phase,\"offline_s\":$offline_s,\"went_offline_logged\":$went,\"came_online_logged\":$came,\"samplers_gave_up\":$gave_up,\"cpu1_samples_before\":$cpu1_before,\"cpu1_samples_offline\":$cpu1_offline,\"cpu0_samples_offline\":$cpu0_offline,\"cpu1_samples_after\":$cpu1_after,\"recorded\":$recorded,\"perf_fds\":\"$fds\",\"alive_before_term\":$pghotd_alive,\"pghotd_rc\":\"$pghotd_rc\",\"term_exit_s\":$term_s}"
+	cpu=$(children_cpu /tmp/pghotd.times)
+	vm=$(awk 'NR == FNR { b[$1] = $2; next } $1 ~ /^(numa_|pgmigrate_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' /tmp/vmstat.before /tmp/vmstat.after)
+	echo "PGHOT-RIG-STATS scenario=hotplug errors=$errors promoter=pghotd pghotd_rc=$pghotd_rc pghotd_utime_s=${cpu% *} pghotd_stime_s=${cpu#* }$vm boot_s=$t_init workload_s=$(awk -v a="$t_start" -v b="$t_exit" 'BEGIN { printf "%.2f", b - a }') guest_s=$(uptime_s)"
+}
 finish() {
 	echo "PGHOT-RIG-END"
 	sync
@@ -174,6 +305,7 @@ RIG_DAMON_RESET_MS=1000
 RIG_TLB_FLUSH_MS=0
 RIG_WORKLOAD_ARGS=
 RIG_PGHOTD_ARGS=
+RIG_HOTPLUG_CYCLES=2
 # shellcheck disable=SC1091
 [ -r /etc/pghot-rig.conf ] && . /etc/pghot-rig.conf
 
@@ -193,13 +325,18 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
 done
 info "memory tiers:$tiers; cmdline: $(cat /proc/cmdline)"
 case $scenario in
-baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole) ;;
+baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | hotplug) ;;
 *)
 	err "unknown or missing pghot.scenario '$scenario'"
 	finish
 	;;
 esac
 [ -r "/sys/devices/system/node/node$RIG_NODE/cpulist" ] || err "node $RIG_NODE does not exist"
+
+if [ "$scenario" = hotplug ]; then
+	run_hotplug
+	finish
+fi
 
 # --- scenario set-up before the workload --------------------------------------------------
 if [ "$scenario" = numab2 ]; then
@@ -377,13 +514,7 @@ pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-who
 		# The promoter is pghotd and the kdamond it drives.
 		[ "$kd_cpu" != - ] && [ "$promoter_cpu" != - ] && promoter_cpu=$(awk -v a="$promoter_cpu" -v b="$kd_cpu" 'BEGIN { printf "%.2f", a + b }') && promoter_note=pghotd+kdamond
 	fi
-	info "pghotd log (last 40 lines):"
-	tail -n 40 /tmp/pghotd.log | sed 's/^/pghotd: /'
-	if [ -s /tmp/pghotd.json ]; then
-		echo "PGHOT-RIG-PGHOTD $(tr -d '\n' < /tmp/pghotd.json)"
-	else
-		err "pghotd wrote no --stats-json"
-	fi
+	pghotd_report
 	;;
 esac
 t_done=$(uptime_s)

@@ -4,7 +4,7 @@
 # compare the promoters in one table.
 #
 #   tests/vm/rig.sh [OPTIONS] SCENARIO...      (SCENARIO: baseline numab2 damon pghotd-emu
-#                                               pghotd-softdirty pghotd-damon all)
+#                                               pghotd-softdirty pghotd-damon all; hotplug)
 #
 # See tests/vm/README.md for the scenarios, the options and the table's columns, and
 # tests/vm/rig-init.sh for what runs inside the guest. Needs root (apt, fetch-guest.sh).
@@ -24,7 +24,8 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   SCENARIO            baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon,
                       or all (the six, in that order); pghotd-thp-split and pghotd-thp-whole
                       (THP=always, 4 MiB hot as 64 KiB clusters in 2 MiB THPs, pghotd with and
-                      without --split-thp; not in all)
+                      without --split-thp; not in all); hotplug (pghotd --source pagefault
+                      while cpu 1 goes offline and comes back twice; not in all)
   --quick             10 s workload instead of 30 s
   --duration SECS     workload duration (overrides --quick)
   --pattern NAME      pghot-workload --pattern (default hot-scattered)
@@ -33,7 +34,11 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
                       pghotd-emu: hot set >= 99 %, over-promotion <= 2 %, 0 hint faults, time
                       to 99 % <= numab2's if run; pghotd-softdirty: hot set >= 99 %,
                       over-promotion <= 5 %, 0 hint faults; pghotd-damon: hot set >= 99 %,
-                      over-promotion below damon's if run, 0 hint faults
+                      over-promotion below damon's if run, 0 hint faults; hotplug: both log
+                      lines per cycle and no sampler giving up, cpu 1 sampled before and
+                      after, none while offline,
+                      cpu 0 sampled meanwhile, perf fds closed and reopened, every sample
+                      counted, exit 0 within 1.2 s of SIGTERM
   --keep-console DIR  save each scenario's console as DIR/SCENARIO.console
   --workload-bin PATH use this static pghot-workload instead of building it
   --pghotd-bin PATH   use this static pghotd instead of building it
@@ -97,9 +102,9 @@ while [ $# -gt 0 ]; do
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
-	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole) scenarios+=("$1") ;;
+	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | hotplug) scenarios+=("$1") ;;
 	-*) log "unknown option $1"; usage ;;
-	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all)"; usage ;;
+	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all, pghotd-thp-split, pghotd-thp-whole, hotplug)"; usage ;;
 	esac
 	shift
 done
@@ -119,8 +124,8 @@ has() {
 	for s in "${scenarios[@]}"; do [ "$s" = "$1" ] && return 0; done
 	return 1
 }
-if [ "$bar" = 1 ] && ! has pghotd-emu && ! has pghotd-softdirty && ! has pghotd-damon && ! has pghotd-thp-split; then
-	log "--bar checks the pghotd-* scenarios; add one to the scenarios"
+if [ "$bar" = 1 ] && ! has pghotd-emu && ! has pghotd-softdirty && ! has pghotd-damon && ! has pghotd-thp-split && ! has hotplug; then
+	log "--bar checks the pghotd-* and hotplug scenarios; add one to the scenarios"
 	usage
 fi
 command -v jq >/dev/null || {
@@ -229,7 +234,8 @@ for s in "${scenarios[@]}"; do
 	# Steady promotion rate: MiB on fast nodes (hot + cold) from the first report at t >= 2 s
 	# (past the token bucket's one-second burst) to the last one below 95 % of the final amount.
 	hot_mb=$(jq -r '.hot_mb // 0' <<< "$wl_json")
-	rate=$(grep -a '^t=' "$console" | tr '=' ' ' | awk -v hot="$hot_mb" '
+	# (No t= lines at all in hotplug: grep's status must not end the script.)
+	rate=$({ grep -a '^t=' "$console" || true; } | tr '=' ' ' | awk -v hot="$hot_mb" '
 		{ for (i = 1; i < NF; i++) v[$i] = $(i + 1)
 		  n++; t[n] = v["t"]; f[n] = hot * v["hot_fast_pct"] / 100 + v["cold_fast_mb"] }
 		END {
@@ -341,6 +347,8 @@ if [ ${#results[@]} -gt 0 ]; then
 				"pghotd-softdirty: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.pghotd.counters.softdirty_scans // "-") passes, \(.pghotd.counters.softdirty_pages_scanned // "-") pagemap entries read, \(.pghotd.counters.softdirty_dirty_pages // "-") dirty pages, scan time \(((.pghotd.counters.softdirty_scan_ns // 0) / 1e9 * 100 | round) / 100) s; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
 			elif .scenario == "pghotd-damon" then
 				"pghotd-damon: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)) + its kdamond \(.guest.kdamond_cpu_s); \(.pghotd.counters.damon_snapshots // "-") snapshots, \(.pghotd.counters.damon_regions_seen // "-") accessed regions read, \(.pghotd.counters.source_damon_samples // "-") samples, \(.pghotd.counters.damon_credits_capped // "-") credits capped; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
+			elif .scenario == "hotplug" then
+				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x, a sampler giving up \(.samplers_gave_up)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
 			else empty end' <<< "${results[i]}"
 	done
 	echo
@@ -404,6 +412,27 @@ if [ "$bar" = 1 ]; then
 	if has pghotd-thp-split; then
 		bar_check pghotd-thp-split "(if (.hot_fast_pct // -1) >= 95 then empty else \"hot clusters on fast nodes \(.hot_fast_pct) % < 95 %\" end),
 			(if .promoted_per_hot_mb != null and .promoted_per_hot_mb <= 1.5 then empty else \"MB promoted / hot MB \(.promoted_per_hot_mb) > 1.5\" end)"
+	fi
+	if has hotplug; then
+		# perf_fds: at start, then after each offline and each online phase: S,S-1,S,S-1,S...
+		# shellcheck disable=SC2016 # a jq program: $c, $f and $pf are jq's
+		bar_check hotplug '(.hotplug_cycles) as $c
+			| (if .went_offline_logged == $c then empty else "logged \(.went_offline_logged) of \($c) \"cpu 1 went offline\"" end),
+			(if .came_online_logged == $c then empty else "logged \(.came_online_logged) of \($c) \"cpu 1 came online\"" end),
+			(if .samplers_gave_up == 0 then empty else "\(.samplers_gave_up) log lines of a CPU sampler giving up" end),
+			(if .cpu1_samples_before > 0 then empty else "no cpu 1 samples before it went offline" end),
+			(if .cpu1_samples_after > 0 then empty else "no cpu 1 samples after it came back" end),
+			(if .cpu1_samples_offline == 0 then empty else "\(.cpu1_samples_offline) cpu 1 samples while it was offline" end),
+			(if .cpu0_samples_offline > 0 then empty else "no cpu 0 samples while cpu 1 was offline" end),
+			(.perf_fds as $pf | ($pf | split(",") | map(tonumber)) as $f
+			 | if ($f | length) == 2 * $c + 1 and $f[0] > 0
+				and ([range(1; $f | length)] | all(. as $i | $f[$i] == (if $i % 2 == 1 then $f[0] - 1 else $f[0] end)))
+			   then empty else "perf fds \($pf), want start,start-1,start,... per cycle" end),
+			(if .recorded > 0 and .pghotd.counters.source_pagefault_samples == .recorded then empty
+			 else "recorded \(.recorded) samples, counted \(.pghotd.counters.source_pagefault_samples)" end),
+			(if .alive_before_term == 1 then empty else "pghotd exited before SIGTERM" end),
+			(if .pghotd_rc == "0" then empty else "pghotd exit status \(.pghotd_rc)" end),
+			(if .term_exit_s <= 1.2 then empty else "exit \(.term_exit_s) s after SIGTERM > 1.2 s" end)'
 	fi
 	if has pghotd-damon; then
 		bar_check pghotd-damon "$common_bar,

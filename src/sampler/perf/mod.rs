@@ -11,7 +11,8 @@
 //! `pghot_source_lost_records` (and so into `hwhint_dropped_events`), throttling to
 //! `perf_throttle_events`/`perf_unthrottle_events` with a log line. CPUs that go offline lose
 //! their events in the kernel (reference ibs-perf.md §7.4), so the run loop watches
-//! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return.
+//! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return. A CPU
+//! whose fd errors in poll(2) loses its sampler (logged) until the online set next changes.
 
 pub mod adaptive_loop;
 mod open;
@@ -271,6 +272,23 @@ impl Source for PerfSource {
                         tracing::info!("{}: cpu {cpu} went offline", plan.kind.name());
                     }
                 }
+                // An online CPU whose sampler gave up (its fd errored) is reopened like one
+                // that failed to open: when the online set changes.
+                let ended: Vec<u32> = running
+                    .iter()
+                    .filter(|(_, t)| t.thread.is_finished())
+                    .map(|(&cpu, _)| cpu)
+                    .collect();
+                if stop.is_stopped() {
+                    // They ended because of the stop, which is set before any of them sees it.
+                    break;
+                }
+                for cpu in ended {
+                    if let Some(t) = running.remove(&cpu) {
+                        let _ = t.thread.join();
+                        tracing::warn!("{}: cpu {cpu} is not sampled any more", plan.kind.name());
+                    }
+                }
                 if changed {
                     let new: Vec<u32> = online
                         .iter()
@@ -349,17 +367,21 @@ fn run_cpu(
     loop {
         let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
         let mut fds = [PollFd::new(events.fd(), PollFlags::POLLIN)];
-        if !stopping
-            && let Err(e) = poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS))
-            && e != nix::errno::Errno::EINTR
-        {
+        let after = if stopping {
+            AfterPoll::Drain
+        } else {
+            let polled = poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS));
+            after_poll(polled, fds[0].revents())
+        };
+        // What the ring holds is read either way.
+        reader.drain(&mut events, sink);
+        if let AfterPoll::Stop(why) = after {
             tracing::error!(
-                "cpu {}: polling the perf ring: {e}; sampler stops",
+                "cpu {}: {why}; its sampler stops (reopened when the CPU list changes)",
                 events.cpu
             );
             break;
         }
-        reader.drain(&mut events, sink);
         if stopping {
             break;
         }
@@ -372,6 +394,31 @@ fn run_cpu(
             // Tried once per change: a period the PMU refuses is not retried every drain.
             applied = wanted;
         }
+    }
+}
+
+/// What a CPU thread does after poll(2).
+#[derive(Debug, PartialEq, Eq)]
+enum AfterPoll {
+    Drain,
+    /// Why the CPU's sampler gives up.
+    Stop(String),
+}
+
+/// A timeout, a wake-up or EINTR: drain. A failed poll, or an fd the kernel flags as broken
+/// (POLLERR, POLLHUP, POLLNVAL: poll(2) would return at once again, forever, and the thread
+/// would spin): stop this CPU's sampler.
+fn after_poll(polled: nix::Result<i32>, revents: Option<PollFlags>) -> AfterPoll {
+    let broken = PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL;
+    match polled {
+        Err(nix::errno::Errno::EINTR) => AfterPoll::Drain,
+        Err(e) => AfterPoll::Stop(format!("polling the perf ring: {e}")),
+        Ok(_) => match revents.map(|r| r & broken) {
+            Some(bad) if !bad.is_empty() => {
+                AfterPoll::Stop(format!("the perf event fd reported {bad:?}"))
+            }
+            _ => AfterPoll::Drain,
+        },
     }
 }
 
@@ -696,6 +743,38 @@ mod tests {
             stop.stop();
             runner.join().unwrap().unwrap();
         });
+    }
+
+    #[test]
+    fn a_broken_or_failing_fd_stops_the_cpu_sampler_instead_of_spinning() {
+        use nix::errno::Errno;
+        assert_eq!(
+            after_poll(Ok(0), Some(PollFlags::empty())),
+            AfterPoll::Drain
+        );
+        assert_eq!(after_poll(Ok(1), Some(PollFlags::POLLIN)), AfterPoll::Drain);
+        assert_eq!(after_poll(Err(Errno::EINTR), None), AfterPoll::Drain);
+        assert!(matches!(
+            after_poll(Err(Errno::ENOMEM), None),
+            AfterPoll::Stop(why) if why.starts_with("polling the perf ring: ENOMEM")
+        ));
+        for flag in [PollFlags::POLLERR, PollFlags::POLLNVAL] {
+            let AfterPoll::Stop(why) = after_poll(Ok(1), Some(PollFlags::POLLIN | flag)) else {
+                panic!("{flag:?} must stop the sampler");
+            };
+            assert!(why.contains(&format!("{flag:?}")), "{why}");
+        }
+        // A real fd that hangs up: a pipe whose writer has gone.
+        let (rd, wr) = nix::unistd::pipe().unwrap();
+        drop(wr);
+        let mut fds = [PollFd::new(
+            std::os::fd::AsFd::as_fd(&rd),
+            PollFlags::POLLIN,
+        )];
+        let polled = poll(&mut fds, PollTimeout::from(100u16));
+        assert!(
+            matches!(after_poll(polled, fds[0].revents()), AfterPoll::Stop(why) if why.contains("POLLHUP"))
+        );
     }
 
     /// Drops samples at odd addresses, to check that decoder drops are counted.
