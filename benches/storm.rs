@@ -353,17 +353,11 @@ fn main() {
         stats.get(Counter::PgpromoteQueueFull),
         stats.get(Counter::PgpromoteSuccess),
     );
-    // Every candidate was either refused by a full queue or processed by a migrator.
-    let handled: u64 = [
-        Counter::PgpromoteQueueFull,
-        Counter::PgpromoteSuccess,
-        Counter::PgpromoteRatelimited,
-        Counter::PgpromoteFailWatermark,
-        Counter::PgpromoteAbandoned,
-    ]
-    .iter()
-    .map(|&c| stats.get(c))
-    .sum();
+    // Every candidate ended in exactly one outcome (refused by a full queue, or processed).
+    let handled: u64 = Counter::PROMOTION_OUTCOMES
+        .iter()
+        .map(|&c| stats.get(c))
+        .sum();
     let exact = total == sent
         && useful + dropped == total
         && handled == stats.get(Counter::PgpromoteCandidate);

@@ -236,6 +236,33 @@ counters! {
 }
 
 impl Counter {
+    /// The outcomes a promotion candidate ends in, exactly one each: their sum equals
+    /// `pgpromote_candidate` once the migrators have drained.
+    pub const PROMOTION_OUTCOMES: &'static [Counter] = &[
+        Counter::PgpromoteNoTarget,
+        Counter::PgpromoteQueueFull,
+        Counter::PgpromoteSuccess,
+        Counter::PgpromoteRatelimited,
+        Counter::PgpromoteAlreadyToptier,
+        Counter::PgpromoteFailWatermark,
+        Counter::PgpromoteFailCold,
+        Counter::PgpromoteFailNoProcess,
+        Counter::PgpromoteFailNotPresent,
+        Counter::PgpromoteFailFault,
+        Counter::PgpromoteFailShared,
+        Counter::PgpromoteFailBusy,
+        Counter::PgpromoteFailNomem,
+        Counter::PgpromoteFailNotAllowed,
+        Counter::PgpromoteFailNoNode,
+        Counter::PgpromoteFailPermission,
+        Counter::PgpromoteFailNotMigrated,
+        Counter::PgpromoteFailOther,
+        Counter::PgpromoteAbandoned,
+        Counter::PgpromotePaused,
+        Counter::PgpromoteDeferredDuplex,
+        Counter::PgpromoteSameFolio,
+    ];
+
     /// Events a source saw (or lost) and dropped before making a sample of them: records lost or
     /// malformed, and one counter per `sampler::hwsample::DropReason`. The sink adds these to
     /// `hwhint_total_events` and `hwhint_dropped_events` too, so that total = useful + dropped
@@ -408,6 +435,19 @@ impl LocalCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_pgpromote_counter_but_the_candidates_is_an_outcome() {
+        for &c in Counter::ALL {
+            let outcome = c.name().starts_with("pgpromote_") && c != Counter::PgpromoteCandidate;
+            assert_eq!(
+                Counter::PROMOTION_OUTCOMES.contains(&c),
+                outcome,
+                "{}",
+                c.name()
+            );
+        }
+    }
 
     #[test]
     fn names_are_unique_and_snapshot_lists_them_all() {
