@@ -414,6 +414,9 @@ pub(crate) fn read_line_bounded(
     }
 }
 
+/// Samples per `record_batch` call.
+const BATCH: usize = 32;
+
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
 }
@@ -434,7 +437,14 @@ impl Source for TraceSource {
         let mut line = Vec::with_capacity(256);
         let mut line_no: u64 = 0;
         let mut bad: u64 = 0;
+        // Parsed samples go to the sink in batches (it prefetches table slots ahead), but never
+        // wait for more input: the batch is handed over whenever the read buffer runs dry.
+        let mut batch: Vec<Sample> = Vec::with_capacity(BATCH);
         loop {
+            if !batch.is_empty() && (batch.len() == BATCH || self.reader.buffer().is_empty()) {
+                sink.record_batch(&batch);
+                batch.clear();
+            }
             let outcome = match read_line_bounded(&mut self.reader, &mut line) {
                 Ok(None) => break,
                 Ok(Some(outcome)) => outcome,
@@ -457,7 +467,7 @@ impl Source for TraceSource {
                     .and_then(parse_line)
             });
             match parsed {
-                Ok(Some(sample)) => sink.record(&sample),
+                Ok(Some(sample)) => batch.push(sample),
                 Ok(None) => {}
                 Err(reason) => {
                     bad += 1;
@@ -478,6 +488,7 @@ impl Source for TraceSource {
                 break;
             }
         }
+        sink.record_batch(&batch);
         if bad > 0 {
             tracing::warn!(
                 "{}: {bad} malformed line(s) skipped of {line_no}",
