@@ -685,4 +685,38 @@ mod tests {
         stopper.join().unwrap();
         assert!(sinks.take().samples.is_empty());
     }
+
+    #[test]
+    fn a_sample_is_handed_over_while_the_fifo_writer_is_still_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let mut src = TraceSource::open(fifo.to_str().unwrap()).unwrap();
+        let (sinks, stop) = (Collector::default(), StopToken::new());
+        let (wrote_tx, wrote_rx) = std::sync::mpsc::channel();
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            writeln!(f, "1 0 1 1 0x1000 - L dram 0").unwrap();
+            wrote_tx.send(()).unwrap();
+            // Keep the FIFO open (no more input, no end) until the test has looked.
+            let _ = seen_rx.recv_timeout(std::time::Duration::from_secs(5));
+        });
+        std::thread::scope(|s| {
+            let runner = s.spawn(|| src.run(&sinks, &stop));
+            wrote_rx.recv().unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            while sinks.shared.lock().samples.is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let seen = sinks.shared.lock().samples.len();
+            seen_tx.send(()).unwrap();
+            writer.join().unwrap();
+            runner.join().unwrap().unwrap();
+            assert_eq!(
+                seen, 1,
+                "the one sample was held back while the writer idled"
+            );
+        });
+    }
 }
