@@ -35,6 +35,7 @@ use pghotd::sampler::perf::{CpuReader, PerfPlan};
 use pghotd::sampler::{Sample, SampleSink};
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{SysfsRoot, Topology};
+use pghotd::workload::rng::SplitMix64;
 
 const DEFAULT_SAMPLES: usize = 8_000_000;
 const RUNS: usize = 3;
@@ -58,19 +59,6 @@ const CXL_LOAD: u64 = 1 | 1 << 7 | 1 << 17 | 1 << 18 | 1 << 20 | 300 << 32;
 const L1_HIT: u64 = 1 | 1 << 17 | 1 << 18;
 /// IbsOpData2 with DataSrc 8 (extension memory).
 const EXT_MEM: u64 = 1 << 6;
-
-/// splitmix64: a fixed, fast stream of pseudo-random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
 
 /// A sink that only counts, to time the reader alone.
 #[derive(Default)]
@@ -129,11 +117,11 @@ fn pagefault_record(plan: &PerfPlan, page: u64, time: u64) -> Vec<u8> {
 }
 
 /// Pre-built records, cycled through: generating them is not what is measured.
-fn records(n: usize, make: impl Fn(u64, u64, &mut Rng) -> Vec<u8>) -> Vec<Vec<u8>> {
-    let mut rng = Rng(0x5eed);
+fn records(n: usize, make: impl Fn(u64, u64, &mut SplitMix64) -> Vec<u8>) -> Vec<Vec<u8>> {
+    let mut rng = SplitMix64::new(0x5eed);
     (0..n as u64)
         .map(|i| {
-            let page = rng.next() % PAGES;
+            let page = rng.next_u64() % PAGES;
             make(page, 1_000_000_000 + i * 1000, &mut rng)
         })
         .collect()
@@ -253,7 +241,7 @@ fn main() {
     let pool = 1 << 16;
     let ibs_all = records(pool, |page, t, _| ibs_record(&ibs, page, t, None));
     let ibs_mixed = records(pool, |page, t, rng| {
-        let drop_kind = match rng.next() % 8 {
+        let drop_kind = match rng.next_u64() % 8 {
             0 => Some(false),
             1 => Some(true),
             _ => None,

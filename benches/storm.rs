@@ -41,6 +41,7 @@ use pghotd::sampler::trace::{TraceSource, TraceWriter};
 use pghotd::sampler::{AccessOp, DataSource, Sample, SampleSink, Source, SourceKind, StopToken};
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{SysfsRoot, Topology};
+use pghotd::workload::rng::SplitMix64;
 
 const TOPOLOGY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -56,22 +57,9 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// Sample `i` of a generator: a load of one of `pages` pages, spread over [`PIDS`] processes.
-fn sample(rng: &mut Rng, pages: u64, time_ns: u64, cpu: u32) -> Sample {
-    let r = rng.next();
+fn sample(rng: &mut SplitMix64, pages: u64, time_ns: u64, cpu: u32) -> Sample {
+    let r = rng.next_u64();
     let page = r % pages;
     let pid = 1000 + (page % PIDS) as u32;
     // One sample in 16 names a kernel address, which the recorder drops and counts.
@@ -257,7 +245,7 @@ fn main() {
                 .expect("opening the FIFO for writing");
             let mut out =
                 TraceWriter::new(BufWriter::with_capacity(1 << 16, file)).expect("header");
-            let mut rng = Rng(1);
+            let mut rng = SplitMix64::new(1);
             let mut n = 0u64;
             while Instant::now() < deadline {
                 for _ in 0..4096 {
@@ -275,7 +263,7 @@ fn main() {
                     let ingest = &ingest;
                     s.spawn(move || {
                         let mut recorder = ingest.recorder();
-                        let mut rng = Rng(t + 1);
+                        let mut rng = SplitMix64::new(t + 1);
                         let mut n = 0u64;
                         // Handed over 32 at a time, as a perf source's CPU thread does.
                         let mut batch = Vec::with_capacity(32);

@@ -16,7 +16,7 @@ pub mod emit;
 pub mod pattern;
 pub mod placement;
 pub mod report;
-pub(crate) mod rng;
+pub mod rng;
 pub mod run;
 mod sys;
 pub(crate) mod zipf;
