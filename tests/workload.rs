@@ -132,6 +132,17 @@ fn node_0_run_reports_a_fast_hot_set_and_emits_its_samples() {
     assert_eq!(accesses, report.ticks.last().unwrap().2);
     assert!(accesses > 100_000, "{accesses}");
     assert!(r["ns_per_access"].as_f64().unwrap() > 0.0);
+    // Two busy workers: their time splits into run + runqueue + blocked = 2 x duration, and
+    // a spinning worker mostly runs.
+    let w = &r["workers"];
+    let part = |k: &str| w[k].as_f64().unwrap_or_else(|| panic!("workers.{k}: {r}"));
+    let (run, queue, blocked) = (part("run_s"), part("runqueue_s"), part("blocked_s"));
+    assert!(run > 0.5 * duration, "{w}");
+    assert!(queue >= 0.0 && blocked >= 0.0, "{w}");
+    assert!(
+        (run + queue + blocked - 2.0 * duration).abs() < 0.05 * duration || blocked == 0.0,
+        "{w} over {duration} s"
+    );
     let pid = r["pid"].as_u64().unwrap() as u32;
 
     let samples = samples(&trace);

@@ -19,6 +19,7 @@ pub mod report;
 pub mod rng;
 pub mod run;
 mod sys;
+pub mod threadtime;
 pub(crate) mod zipf;
 
 use std::path::PathBuf;

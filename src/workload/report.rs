@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use super::emit::EmitStats;
 use super::placement::TierShare;
+use super::threadtime::WorkerTimes;
 
 /// One progress line.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -86,6 +87,8 @@ pub struct RunResult {
     pub cold_fast_mb: f64,
     pub time_to_90_s: Option<f64>,
     pub time_to_99_s: Option<f64>,
+    /// Where the workers' time went (run, runqueue, blocked); `null` without schedstat.
+    pub workers: Option<WorkerTimes>,
     pub initial_on_node_pct: f64,
     pub pid: u32,
     pub node: u16,

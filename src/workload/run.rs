@@ -17,6 +17,7 @@ use super::pattern::{PAGE_SIZE, Plan};
 use super::placement::{self, Census, FastNodes, TierShare};
 use super::report::{self, Milestones, RunResult, Tick};
 use super::sys::{self, Mapping};
+use super::threadtime::{ThreadTimes, WorkerTimes};
 use super::{Options, WorkloadError};
 use crate::topology::{SysfsRoot, Topology};
 
@@ -124,6 +125,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         cold_fast_mb: report::round(outcome.last.share.cold_fast_mb, 3),
         time_to_90_s: outcome.milestones.to_90_s.map(|t| report::round(t, 3)),
         time_to_99_s: outcome.milestones.to_99_s.map(|t| report::round(t, 3)),
+        workers: outcome.workers,
         initial_on_node_pct: report::round(initial_on_node_pct, 2),
         pid,
         node: opts.node,
@@ -148,6 +150,7 @@ struct Phase<'a> {
 
 struct Outcome {
     elapsed: Duration,
+    workers: Option<WorkerTimes>,
     accesses: u64,
     last: Tick,
     milestones: Milestones,
@@ -188,7 +191,10 @@ impl Phase<'_> {
                     .spawn_scoped(scope, move || {
                         // Disconnected is the start signal: all workers start together.
                         let _ = wait_for_go.recv();
+                        let before = ThreadTimes::of_current_thread();
                         self.worker(index, count, stop);
+                        let after = ThreadTimes::of_current_thread();
+                        after.zip(before).map(|(a, b)| a.since(b))
                     })
                     .map_err(|source| WorkloadError::Spawn { name, source })?;
                 workers.push(handle);
@@ -207,10 +213,13 @@ impl Phase<'_> {
 
             stop.store(true, Ordering::Relaxed);
             drop(flush_stop);
+            let mut thread_times = Vec::with_capacity(self.opts.threads);
             for (index, worker) in workers.into_iter().enumerate() {
-                worker
-                    .join()
-                    .map_err(|_| WorkloadError::WorkerPanicked(index))?;
+                thread_times.push(
+                    worker
+                        .join()
+                        .map_err(|_| WorkloadError::WorkerPanicked(index))?,
+                );
             }
             let ended = Instant::now();
             ticking?;
@@ -221,6 +230,7 @@ impl Phase<'_> {
             writeln!(out, "{last}").map_err(WorkloadError::Output)?;
             Ok(Outcome {
                 elapsed: ended - t0,
+                workers: WorkerTimes::sum(&thread_times, (ended - t0).as_secs_f64()),
                 accesses: total,
                 last,
                 milestones: timeline.milestones,

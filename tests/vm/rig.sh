@@ -369,6 +369,11 @@ if [ ${#results[@]} -gt 0 ]; then
 				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x, a sampler giving up \(.samplers_gave_up)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
 			else empty end' <<< "${results[i]}"
 	done
+	# What the promoter cost the application beyond its accesses: time its workers waited for
+	# a CPU or slept (on pages under migration, among others) instead of running.
+	for r in "${results[@]}"; do
+		jq -r 'select(.workers != null) | "\(.scenario): workload threads ran \(.workers.run_s) s, waited for a CPU \(.workers.runqueue_s) s, slept \(.workers.blocked_s) s (\(.workers.voluntary_switches) sleeps) in \(.duration_s) s x \(.threads)"' <<< "$r"
+	done
 	echo
 	for r in "${results[@]}"; do
 		echo "RESULT $r"
