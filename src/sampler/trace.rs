@@ -177,6 +177,16 @@ impl<W: Write> TraceWriter<W> {
         Ok(TraceWriter { out })
     }
 
+    /// Writes more lines of a trace whose header is already out (e.g. a thread's buffer that
+    /// is later appended to the stream).
+    pub fn continuing(out: W) -> Self {
+        TraceWriter { out }
+    }
+
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn write_sample(&mut self, s: &Sample) -> io::Result<()> {
         // Built by hand into one stack buffer: `write!` cost 165 ns a line, this 95-100 ns
         // (`cargo bench --bench trace`); it is most of what an emulated-IBS workload pays per

@@ -1,7 +1,7 @@
 //! One run: place the buffer, start the workers, report on a fixed timeline, stop.
 //!
-//! Threads: `pghot-wl/N` workers (accesses, and samples when asked), `pghot-wl-flush` (flushes
-//! the sample stream every 20 ms), and the main thread, which does all measuring. Workers only
+//! Threads: `pghot-wl/N` workers (accesses, and samples when asked), `pghot-wl-emit` (writes
+//! the sample buffers the workers hand over), and the main thread, which does all measuring. Workers only
 //! publish a running count every `CHUNK` (1024) accesses and check the stop flag as often, so the
 //! access loop shares no cache line per access.
 
@@ -163,23 +163,16 @@ impl Phase<'_> {
             .collect();
         let stop = AtomicBool::new(false);
         thread::scope(|scope| {
-            // Any early return below drops these: the flusher ends, the workers are released
+            // Any early return below drops these: the sample writer ends, the workers are released
             // and, since the guard has raised `stop`, leave after their first chunk.
             let _stop_on_return = StopOnDrop(&stop);
             let (go, wait_for_go) = crossbeam_channel::bounded::<()>(0);
-            let (flush_stop, flush_wait) = crossbeam_channel::bounded::<()>(1);
+            let (emit_stop, emit_stop_wait) = crossbeam_channel::bounded::<()>(1);
             if let Some(emitter) = self.emitter {
-                let name = "pghot-wl-flush".to_string();
+                let name = "pghot-wl-emit".to_string();
                 thread::Builder::new()
                     .name(name.clone())
-                    .spawn_scoped(scope, move || {
-                        // Wakes every FLUSH_EVERY until the sender is dropped.
-                        while let Err(crossbeam_channel::RecvTimeoutError::Timeout) =
-                            flush_wait.recv_timeout(emit::FLUSH_EVERY)
-                        {
-                            emitter.flush();
-                        }
-                    })
+                    .spawn_scoped(scope, move || emitter.write_until(&emit_stop_wait))
                     .map_err(|source| WorkloadError::Spawn { name, source })?;
             }
             let mut workers = Vec::with_capacity(self.opts.threads);
@@ -212,7 +205,6 @@ impl Phase<'_> {
             let ticking = self.tick_until_end(&mut timeline, census, &counts, out);
 
             stop.store(true, Ordering::Relaxed);
-            drop(flush_stop);
             let mut thread_times = Vec::with_capacity(self.opts.threads);
             for (index, worker) in workers.into_iter().enumerate() {
                 thread_times.push(
@@ -221,6 +213,8 @@ impl Phase<'_> {
                         .map_err(|_| WorkloadError::WorkerPanicked(index))?,
                 );
             }
+            // After the workers: their last buffers may still need the writer to make room.
+            drop(emit_stop);
             let ended = Instant::now();
             ticking?;
 
@@ -271,17 +265,18 @@ impl Phase<'_> {
         let base = self.map.addr();
         let tid = sys::thread_id();
         let mut cursor = self.plan.cursor(self.opts.seed, index as u64);
-        let sampling = self.emitter.zip(self.opts.emit.as_ref().map(|e| e.period));
-        let mut until_sample = sampling.map_or(u64::MAX, |(_, period)| period);
+        let period = self.opts.emit.as_ref().map(|e| e.period);
+        let mut sampling = self.emitter.map(|e| e.worker()).zip(period);
+        let mut until_sample = sampling.as_ref().map_or(u64::MAX, |(_, period)| *period);
         let mut done = 0u64;
         loop {
             for _ in 0..CHUNK {
                 let access = self.plan.access(&mut cursor, mem);
                 until_sample -= 1;
                 if until_sample == 0
-                    && let Some((emitter, period)) = sampling
+                    && let Some((emitter, period)) = sampling.as_mut()
                 {
-                    until_sample = period;
+                    until_sample = *period;
                     let vaddr = base + access.word as u64 * 8;
                     emitter.emit(&emit::sample_now(self.pid, tid, vaddr, access.store));
                 }
