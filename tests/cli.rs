@@ -41,11 +41,7 @@ fn replay(
     std::fs::write(&path, trace).unwrap();
     let stats = dir.path().join("stats.json");
     let out = util::run(
-        util::pghotd()
-            .arg("--source")
-            .arg(format!("trace:{}", path.display()))
-            .arg("--sysfs-root")
-            .arg(util::qemu_3node())
+        util::replay(&path)
             .arg("--stats-json")
             .arg(&stats)
             .args(args),

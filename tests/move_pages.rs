@@ -136,11 +136,7 @@ fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
     std::fs::write(&trace, t).unwrap();
 
     let out = util::run(
-        util::pghotd()
-            .arg("--source")
-            .arg(format!("trace:{}", trace.display()))
-            .arg("--sysfs-root")
-            .arg(util::qemu_3node())
+        util::replay(&trace)
             .args(["--pid", &pid.to_string(), "--pid", &gone.to_string()])
             .arg("--stats-json")
             .arg(&stats),

@@ -320,11 +320,7 @@ fn pghotd_drops_samples_of_processes_outside_its_cgroup() {
     }
     std::fs::write(&trace, t).unwrap();
     let out = util::run(
-        util::pghotd()
-            .arg("--source")
-            .arg(format!("trace:{}", trace.display()))
-            .arg("--sysfs-root")
-            .arg(util::qemu_3node())
+        util::replay(&trace)
             .arg("--cgroup")
             .arg(&cg.dir)
             .arg("--dry-run")

@@ -50,11 +50,7 @@ fn samples_of_a_live_process_outside_the_scope_are_dropped_before_any_move() {
     std::fs::write(&path, trace).unwrap();
     let stats = dir.path().join("stats.json");
     util::run(
-        util::pghotd()
-            .arg("--source")
-            .arg(format!("trace:{}", path.display()))
-            .arg("--sysfs-root")
-            .arg(util::qemu_3node())
+        util::replay(&path)
             .arg("--pid")
             .arg(inside.pid().to_string())
             .arg("--freq-threshold")
@@ -92,16 +88,7 @@ fn record_refuses_a_symlink_or_hard_link_and_leaves_the_target_alone() {
     let hardlink = dir.path().join("by-hardlink.trace");
     std::fs::hard_link(&target, &hardlink).unwrap();
     for (path, why) in [(&symlink, "symbolic link"), (&hardlink, "hard links")] {
-        let out = util::run(
-            util::pghotd()
-                .arg("--source")
-                .arg(format!("trace:{}", trace.display()))
-                .arg("--sysfs-root")
-                .arg(util::qemu_3node())
-                .arg("--record")
-                .arg(path),
-            false,
-        );
+        let out = util::run(util::replay(&trace).arg("--record").arg(path), false);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(why), "{why}: {err}");
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");

@@ -21,6 +21,16 @@ pub fn pghotd() -> Command {
     cmd
 }
 
+/// `pghotd` replaying `trace` on the QEMU 3-node topology (two DRAM nodes, one lower tier).
+pub fn replay(trace: &Path) -> Command {
+    let mut cmd = pghotd();
+    cmd.arg("--source")
+        .arg(format!("trace:{}", trace.display()))
+        .arg("--sysfs-root")
+        .arg(qemu_3node());
+    cmd
+}
+
 /// `pghotd` without arguments.
 pub fn pghotd_bare() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotd"));
