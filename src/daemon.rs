@@ -130,8 +130,32 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     if config.sources.is_empty() {
         return Err(DaemonError::NoSources);
     }
+    // The first refresh runs now, so the first samples and moves see the scope.
+    let selector = config.scope_selector().map_err(|e| {
+        DaemonError::Config(ConfigError::Invalid {
+            origin: crate::config::Origin::Flag("comm"),
+            key: "comm",
+            detail: e.to_string(),
+        })
+    })?;
+    let mut tracker = ScopeTracker::new(selector, ProcFs::default())?;
+    let first = tracker.refresh()?;
+    let scope_text = tracker.selector().describe();
+    tracing::info!(
+        "scope: {scope_text}{}",
+        if tracker.selector().is_everything() {
+            String::new()
+        } else {
+            format!(" ({} process(es) now)", first.members.len())
+        }
+    );
+    let scope = Arc::clone(tracker.scope());
+
     // Open every source before any thread starts, so a bad path fails the start cleanly.
     let mut open_ctx = config.open_context();
+    if tracker.selector().follows() {
+        open_ctx.followed_scope = Some(Arc::clone(&scope));
+    }
     // `ibs.period = "auto"`: the IBS samplers start at the controller's period and follow it.
     let adaptive = config.ibs_period_auto.then(|| {
         let controller =
@@ -160,26 +184,6 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         queues.push((node, tx));
         receivers.push((node, rx));
     }
-    // The first refresh runs now, so the first samples and moves see the scope.
-    let selector = config.scope_selector().map_err(|e| {
-        DaemonError::Config(ConfigError::Invalid {
-            origin: crate::config::Origin::Flag("comm"),
-            key: "comm",
-            detail: e.to_string(),
-        })
-    })?;
-    let mut tracker = ScopeTracker::new(selector, ProcFs::default())?;
-    let first = tracker.refresh()?;
-    let scope_text = tracker.selector().describe();
-    tracing::info!(
-        "scope: {scope_text}{}",
-        if tracker.selector().is_everything() {
-            String::new()
-        } else {
-            format!(" ({} process(es) now)", first.members.len())
-        }
-    );
-    let scope = Arc::clone(tracker.scope());
     let mut ingest = Ingest::new(
         Arc::clone(&table),
         Arc::clone(&stats),

@@ -169,7 +169,7 @@ fn auto_falls_back_to_page_faults_and_says_why() {
     );
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("source auto chose pagefault"), "{log}");
-    for why in ["ibs: ", "pebs: ", "damon: watches explicit pids"] {
+    for why in ["ibs: ", "pebs: ", "damon: watches selected processes"] {
         assert!(log.contains(why), "no reason for {why}\n{log}");
     }
 }

@@ -16,7 +16,12 @@ struct Workload(Child);
 
 impl Workload {
     fn start(secs: &str) -> Workload {
-        let child = util::workload()
+        Workload::start_as(util::workload(), secs)
+    }
+
+    /// The workload run as `cmd` (e.g. a copy under another name, for a `--comm` scope).
+    fn start_as(mut cmd: Command, secs: &str) -> Workload {
+        let child = cmd
             .args([
                 "--size-mb",
                 "16",
@@ -74,20 +79,95 @@ fn pghotd_with(source: &str, pid: &str, stats: &Path, extra: &[&str]) -> Command
 }
 
 #[test]
-fn software_sources_need_explicit_pids() {
-    for source in ["softdirty", "damon"] {
+fn software_sources_need_selected_processes() {
+    for (source, needs) in [
+        (
+            "softdirty",
+            "softdirty watches processes, not the whole system: it needs explicit pids (--pid), \
+             a cgroup (--cgroup) or a command regex (--comm)",
+        ),
+        (
+            "damon",
+            "damon watches processes, not the whole system: it needs explicit pids (--pid or \
+             pids in the config); it does not follow cgroups or --comm (softdirty does)",
+        ),
+    ] {
         let out = util::run_code(
             util::pghotd().args(["--source", source, "--dry-run", "--duration", "1"]),
             2,
         );
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains(&format!(
-                "{source} needs explicit pids (--pid or pids in the config)"
-            )),
-            "{err}"
-        );
+        assert!(err.contains(needs), "{err}");
     }
+    // A command regex is a selection softdirty follows: it gets past the selection check to the
+    // kernel's (this host's kernel has no CONFIG_MEM_SOFT_DIRTY: exit 3, naming it). DAMON
+    // still wants pids.
+    let out = util::pghotd()
+        .args([
+            "--source",
+            "softdirty",
+            "--comm",
+            "^no-such-comm$",
+            "--dry-run",
+        ])
+        .args(["--duration", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("watches processes"), "{err}");
+    if pghotd::sampler::softdirty::check_support().is_ok() {
+        assert!(out.status.success(), "{err}");
+    } else {
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(err.contains("CONFIG_MEM_SOFT_DIRTY"), "{err}");
+    }
+    let out = util::run_code(
+        util::pghotd().args(["--source", "damon", "--comm", "x", "--dry-run"]),
+        2,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not follow cgroups"));
+}
+
+#[test]
+fn softdirty_follows_a_command_regex() {
+    let dir = tempfile::tempdir().unwrap();
+    // A copy under a name of its own: other tests run workloads in parallel, and a followed
+    // scope takes every process whose name matches.
+    let exe = dir.path().join("pghot-sd-comm");
+    std::fs::copy(env!("CARGO_BIN_EXE_pghot-workload"), &exe).unwrap();
+    let stats = dir.path().join("stats.json");
+    let _wl = Workload::start_as(Command::new(&exe), "4");
+    let mut cmd = util::pghotd();
+    cmd.args([
+        "--source",
+        "softdirty",
+        "--comm",
+        "^pghot-sd-comm$",
+        "--dry-run",
+    ])
+    .args([
+        "--softdirty-interval-ms",
+        "200",
+        "--duration",
+        "2",
+        "--stats-json",
+    ])
+    .arg(&stats)
+    .arg("--sysfs-root")
+    .arg(util::qemu_3node());
+    if pghotd::sampler::softdirty::check_support().is_err() {
+        let out = util::run_code(&mut cmd, 3);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("it needs CONFIG_MEM_SOFT_DIRTY"), "{err}");
+        return;
+    }
+    let out = util::run(&mut cmd, true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("the processes in scope"), "{err}");
+    let c = util::counters(&stats);
+    let get = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    assert!(get("softdirty_scans") >= 5, "{c:#?}");
+    assert!(get("softdirty_dirty_pages") >= 1024, "{c:#?}");
 }
 
 #[test]

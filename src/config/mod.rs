@@ -182,7 +182,7 @@ pub struct RawPageFault {
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct TunableArgs {
     /// Sample source; repeat for several: trace:PATH (PATH may be a FIFO or - for stdin),
-    /// damon or softdirty (these two need --pid).
+    /// damon (needs --pid) or softdirty (needs --pid, --cgroup or --comm).
     #[arg(long = "source", value_name = "SPEC")]
     pub enabled_sources: Vec<String>,
     /// Promote to this node instead of the top-tier node nearest the accessing CPU.
@@ -458,6 +458,7 @@ impl Config {
             run_dir: self.run_dir.clone(),
             damon: self.damon,
             softdirty: self.softdirty,
+            followed_scope: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! `--source auto` (the default): the best source this machine has, and why not the others.
 //!
 //! Order: IBS, then PEBS (hardware samples: no faults, no scans), then DAMON and soft-dirty
-//! (software sources that watch explicit pids), then page faults (every kernel has them). Each
+//! (software sources that watch selected processes), then page faults (every kernel has them). Each
 //! is really opened, so a PMU that exists but may not be used (permissions, a busy PMU) is
 //! skipped with the reason the kernel gave.
 
@@ -20,9 +20,15 @@ const ORDER: [SourceSpec; 5] = [
 pub fn open(ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
     let mut passed_over = Vec::new();
     for spec in ORDER {
-        let needs_pids = matches!(spec, SourceSpec::Damon | SourceSpec::SoftDirty);
-        if needs_pids && ctx.pids.is_empty() {
-            passed_over.push(format!("{spec}: watches explicit pids and none were given"));
+        let watches_processes = match spec {
+            SourceSpec::Damon => !ctx.pids.is_empty(),
+            SourceSpec::SoftDirty => !ctx.pids.is_empty() || ctx.followed_scope.is_some(),
+            _ => true,
+        };
+        if !watches_processes {
+            passed_over.push(format!(
+                "{spec}: watches selected processes and none were selected"
+            ));
             continue;
         }
         match spec.open(ctx) {

@@ -181,10 +181,12 @@ pub enum SourceError {
     Pebs(Box<pebs::PebsError>),
     #[error("no sample source is usable here:\n  {0}")]
     NoneUsable(String),
-    #[error(
-        "{name} needs explicit pids (--pid or pids in the config): it watches processes, not the whole system"
-    )]
-    NeedsPids { name: &'static str },
+    #[error("{name} watches processes, not the whole system: it needs {what}")]
+    NeedsPids {
+        name: &'static str,
+        /// The selections it can work from.
+        what: &'static str,
+    },
     #[error("pid {pid} does not exist")]
     NoSuchPid { pid: u32 },
     #[error("{what} is not available in this kernel ({detail}); it needs {option}")]
@@ -265,6 +267,9 @@ pub struct OpenContext {
     pub run_dir: std::path::PathBuf,
     pub damon: damon::DamonConfig,
     pub softdirty: softdirty::SoftDirtyConfig,
+    /// The daemon's scope when it follows cgroups or a command regex: the sources that watch
+    /// processes (softdirty) re-read its members instead of a fixed pid list.
+    pub followed_scope: Option<std::sync::Arc<crate::scope::Scope>>,
 }
 
 /// A parsed `--source` / `enabled_sources` entry.

@@ -3,23 +3,67 @@
 //! table's last known node, else batched, cached move_pages queries; see `hotness::resolve`),
 //! and each source ends a scan with [`SampleSink::end_batch`] so nothing waits for the next.
 //!
-//! Both sources watch explicit pids. A pid that exits (or turns zombie) is dropped, counted in
-//! `source_pid_exits` and logged once; when the last one is gone the source ends, like a trace
-//! at its end of file, and the daemon drains its migrators and exits. (There is no control
-//! plane yet that could add pids to a running source; when there is, idling is the better end.)
+//! DAMON watches explicit pids; soft-dirty watches explicit pids or, when the scope follows
+//! cgroups or a command regex, whatever the scope holds at each pass ([`Watched`]). An
+//! explicit pid that exits (or turns zombie) is dropped, counted in `source_pid_exits` and
+//! logged once; when the last one is gone the source ends, like a trace at its end of file,
+//! and the daemon drains its migrators and exits. A followed scope never ends the source: an
+//! empty cgroup may fill again.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{AccessOp, DataSource, Sample, SampleSink, SourceError, SourceKind, StopToken};
+use super::{
+    AccessOp, DataSource, OpenContext, Sample, SampleSink, SourceError, SourceKind, StopToken,
+};
+use crate::scope::Scope;
 use crate::stats::Counter;
+
+/// The processes a software source watches.
+#[derive(Debug, Clone)]
+pub enum Watched {
+    /// `--pid`: fixed; the source ends when all have exited.
+    Pids(Vec<u32>),
+    /// `--cgroup` / `--comm`: the scope's members, re-read at every pass.
+    Scope(Arc<Scope>),
+}
+
+impl Watched {
+    /// What `ctx` asks `name` to watch: the followed scope if there is one (it already holds
+    /// the explicit pids that pass its filters), else the explicit pids, which must be alive.
+    pub fn from_context(name: &'static str, ctx: &OpenContext) -> Result<Watched, SourceError> {
+        if let Some(scope) = &ctx.followed_scope {
+            return Ok(Watched::Scope(Arc::clone(scope)));
+        }
+        if ctx.pids.is_empty() {
+            return Err(SourceError::NeedsPids {
+                name,
+                what: "explicit pids (--pid), a cgroup (--cgroup) or a command regex (--comm)",
+            });
+        }
+        require_alive(&ctx.pids)?;
+        Ok(Watched::Pids(ctx.pids.clone()))
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Watched::Pids(pids) => format!("pids {pids:?}"),
+            Watched::Scope(_) => "the processes in scope".to_string(),
+        }
+    }
+}
 
 /// Longest a source sleeps before it looks at the stop token again.
 const STOP_SLICE: Duration = Duration::from_millis(100);
 
-/// Fails the open of a software source that was given no pids.
+/// Fails the open of a source that watches explicit pids only and was given none.
 pub fn require_pids(name: &'static str, pids: &[u32]) -> Result<(), SourceError> {
     if pids.is_empty() {
-        return Err(SourceError::NeedsPids { name });
+        return Err(SourceError::NeedsPids {
+            name,
+            what: "explicit pids (--pid or pids in the config); it does not follow cgroups or \
+                   --comm (softdirty does)",
+        });
     }
     Ok(())
 }
@@ -192,7 +236,7 @@ mod tests {
     #[test]
     fn a_source_without_pids_says_so() {
         let err = require_pids("softdirty", &[]).unwrap_err().to_string();
-        assert!(err.contains("softdirty needs explicit pids"), "{err}");
+        assert!(err.contains("needs explicit pids (--pid"), "{err}");
         assert!(require_pids("damon", &[1]).is_ok());
         assert!(require_alive(&[std::process::id()]).is_ok());
         let err = require_alive(&[u32::MAX]).unwrap_err().to_string();

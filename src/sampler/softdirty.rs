@@ -1,4 +1,5 @@
-//! `--source softdirty`: written pages of the managed pids, from the kernel's soft-dirty bits.
+//! `--source softdirty`: written pages of the managed pids (`--pid`, or the processes a
+//! `--cgroup` / `--comm` scope holds at each pass), from the kernel's soft-dirty bits.
 //!
 //! Every `softdirty_interval_ms`, for each pid: read `/proc/PID/maps`, read the pagemap entries
 //! of its writable mappings, emit one store [`Sample`] per page that is present and soft-dirty
@@ -21,7 +22,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use super::procpid::{self, ManagedPids};
+use super::procpid::{self, ManagedPids, Watched};
 use super::{
     AccessOp, OpenContext, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
 };
@@ -155,20 +156,19 @@ enum PassError {
     Io(SourceError),
 }
 
-/// The soft-dirty source over a fixed set of pids.
+/// The soft-dirty source over explicit pids or the followed scope.
 pub struct SoftDirtySource {
-    pids: Vec<u32>,
+    watched: Watched,
     config: SoftDirtyConfig,
 }
 
 impl SoftDirtySource {
     /// Checks pids and kernel support; nothing is written to any process yet.
     pub fn open(ctx: &OpenContext) -> Result<Self, SourceError> {
-        procpid::require_pids("softdirty", &ctx.pids)?;
-        procpid::require_alive(&ctx.pids)?;
+        let watched = Watched::from_context("softdirty", ctx)?;
         check_support()?;
         Ok(SoftDirtySource {
-            pids: ctx.pids.clone(),
+            watched,
             config: ctx.softdirty,
         })
     }
@@ -214,6 +214,32 @@ impl SoftDirtySource {
     }
 }
 
+/// The pids whose soft-dirty bits this source has cleared: only their next pass reads dirty
+/// pages (a first pass would report every page written since the process started). A pid
+/// that leaves the watched set is forgotten, so if it comes back (a process rejoining the
+/// cgroup, or a new one under a reused pid) it is primed again.
+#[derive(Debug, Default)]
+struct Primed(std::collections::HashSet<u32>);
+
+impl Primed {
+    fn has(&self, pid: u32) -> bool {
+        self.0.contains(&pid)
+    }
+
+    fn mark(&mut self, pid: u32) {
+        self.0.insert(pid);
+    }
+
+    fn forget(&mut self, pid: u32) {
+        self.0.remove(&pid);
+    }
+
+    /// Keeps only the pids still watched.
+    fn follow(&mut self, watched: &[u32]) {
+        self.0.retain(|pid| watched.binary_search(pid).is_ok());
+    }
+}
+
 impl Source for SoftDirtySource {
     fn kind(&self) -> SourceKind {
         SourceKind::SoftDirty
@@ -221,34 +247,51 @@ impl Source for SoftDirtySource {
 
     fn describe(&self) -> String {
         format!(
-            "softdirty (pids {:?}, every {} ms, budget {} pages/s)",
-            self.pids, self.config.interval_ms, self.config.scan_budget_pages
+            "softdirty ({}, every {} ms, budget {} pages/s)",
+            self.watched.describe(),
+            self.config.interval_ms,
+            self.config.scan_budget_pages
         )
     }
 
     fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
         let mut sink = sinks.sink();
-        let mut pids = ManagedPids::new("softdirty", &self.pids);
-        let mut primed = std::collections::HashSet::new();
+        let (mut explicit, followed) = match &self.watched {
+            Watched::Pids(pids) => (Some(ManagedPids::new("softdirty", pids)), None),
+            Watched::Scope(scope) => (None, Some(scope)),
+        };
+        let mut primed = Primed::default();
         let interval = Duration::from_millis(u64::from(self.config.interval_ms));
         let mut dirty = Vec::new();
         let mut next = Instant::now();
         while procpid::wait_until(next, stop) {
-            pids.reap(sink.as_mut());
-            if pids.is_empty() {
-                tracing::info!("softdirty: every managed pid has exited; source ends");
-                break;
-            }
+            let pids = match (&mut explicit, followed) {
+                (Some(managed), _) => {
+                    managed.reap(sink.as_mut());
+                    if managed.is_empty() {
+                        tracing::info!("softdirty: every managed pid has exited; source ends");
+                        break;
+                    }
+                    managed.pids().to_vec()
+                }
+                (None, Some(scope)) => scope.members(),
+                (None, None) => Vec::new(),
+            };
+            primed.follow(&pids);
             let started = Instant::now();
             let mut scanned = 0;
-            for pid in pids.pids().to_vec() {
-                match self.pass(pid, primed.contains(&pid), &mut dirty, sink.as_mut()) {
+            for &pid in &pids {
+                match self.pass(pid, primed.has(pid), &mut dirty, sink.as_mut()) {
                     Ok(n) => {
                         scanned += n;
-                        primed.insert(pid);
+                        primed.mark(pid);
                         sink.count(Counter::SoftdirtyDirtyPages, dirty.len() as u64);
                     }
-                    Err(PassError::Gone) => pids.exited(pid, sink.as_mut()),
+                    Err(PassError::Gone) => match &mut explicit {
+                        Some(managed) => managed.exited(pid, sink.as_mut()),
+                        // The scope tracker drops it at its next refresh.
+                        None => primed.forget(pid),
+                    },
                     Err(PassError::Io(e)) => return Err(e),
                 }
             }
@@ -271,6 +314,38 @@ impl Source for SoftDirtySource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pid_that_leaves_the_watched_set_is_primed_again_when_it_returns() {
+        let mut primed = Primed::default();
+        primed.mark(10);
+        primed.mark(20);
+        primed.follow(&[10, 30]);
+        assert!(primed.has(10) && !primed.has(20) && !primed.has(30));
+        primed.forget(10);
+        assert!(!primed.has(10));
+    }
+
+    #[test]
+    fn watches_the_followed_scope_or_explicit_live_pids() {
+        let mut ctx = crate::config::Config::default().open_context();
+        let err = Watched::from_context("softdirty", &ctx).unwrap_err();
+        assert!(err.to_string().contains("--cgroup"), "{err}");
+        ctx.pids = vec![u32::MAX];
+        let err = Watched::from_context("softdirty", &ctx).unwrap_err();
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        ctx.pids = vec![std::process::id()];
+        assert!(matches!(
+            Watched::from_context("softdirty", &ctx),
+            Ok(Watched::Pids(p)) if p == [std::process::id()]
+        ));
+        // A followed scope wins, explicit pids included (they are among its members).
+        ctx.followed_scope = Some(std::sync::Arc::new(crate::scope::Scope::of_pids([], 1)));
+        assert!(matches!(
+            Watched::from_context("softdirty", &ctx),
+            Ok(Watched::Scope(_))
+        ));
+    }
 
     #[test]
     fn maps_keep_writable_mappings_only() {

@@ -58,6 +58,12 @@ impl ScopeSelector {
         self.pids.is_empty() && self.cgroups.is_empty() && self.comm.is_none()
     }
 
+    /// Whether membership changes by itself (processes join and leave cgroups, start and end
+    /// with a matching name), so a source that watches processes must re-read the scope.
+    pub fn follows(&self) -> bool {
+        !self.cgroups.is_empty() || self.comm.is_some()
+    }
+
     /// One line for logs and status.
     pub fn describe(&self) -> String {
         if self.is_everything() {
@@ -192,6 +198,13 @@ impl Scope {
 
     pub fn self_pid(&self) -> u32 {
         self.self_pid
+    }
+
+    /// The live processes in scope at the tracker's last refresh, by pid.
+    pub fn members(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.identities.lock().keys().copied().collect();
+        pids.sort_unstable();
+        pids
     }
 }
 
@@ -418,6 +431,31 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap()
+    }
+
+    #[test]
+    fn a_followed_scope_lists_its_live_members() {
+        let mut a = sleeper();
+        let selector = ScopeSelector {
+            comm: Some(Regex::new("^sleep$").unwrap()),
+            ..ScopeSelector::default()
+        };
+        assert!(selector.follows());
+        let fixed = ScopeSelector {
+            pids: vec![1],
+            ..ScopeSelector::default()
+        };
+        assert!(!fixed.follows() && !ScopeSelector::default().follows());
+        let mut t = tracker(selector);
+        t.refresh().unwrap();
+        let members = t.scope().members();
+        assert!(members.contains(&a.id()), "{members:?}");
+        assert!(members.windows(2).all(|w| w[0] < w[1]), "sorted");
+        assert!(!members.contains(&std::process::id()));
+        a.kill().unwrap();
+        a.wait().unwrap();
+        t.refresh().unwrap();
+        assert!(!t.scope().members().contains(&a.id()));
     }
 
     #[test]
