@@ -303,6 +303,7 @@ RIG_DAMON_QUOTA_MB=128
 RIG_DAMON_MAX_REGIONS=1000
 RIG_DAMON_RESET_MS=1000
 RIG_TLB_FLUSH_MS=0
+RIG_SOFTDIRTY_SCOPE=pid
 RIG_WORKLOAD_ARGS=
 RIG_PGHOTD_ARGS=
 RIG_HOTPLUG_CYCLES=2
@@ -355,7 +356,7 @@ info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null) t
 case $scenario in
 pghotd-thp-*)
 	echo always > /sys/kernel/mm/transparent_hugepage/enabled || err "cannot set THP=always"
-	RIG_PATTERN=hot-clusters
+	RIG_PATTERN="hot-clusters"
 	RIG_HOT_MB=4
 	RIG_WORKLOAD_ARGS="$RIG_WORKLOAD_ARGS --thp"
 	info "thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled) khugepaged scan_sleep_ms=$(cat /sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs) split_huge_pages=$([ -e /sys/kernel/debug/split_huge_pages ] && echo present || echo missing)"
@@ -442,8 +443,13 @@ case $scenario in
 damon) damon_on ;;
 pghotd-softdirty | pghotd-damon)
 	# Started after the placement, which writes every page: pghotd must see the workload's
-	# accesses, not its first touch. pghotd ends by itself when the workload exits.
-	pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
+	# accesses, not its first touch. pghotd ends by itself when the workload exits, unless it
+	# follows a scope (an empty one may fill again): then it runs for the workload's duration.
+	if [ "$scenario" = pghotd-softdirty ] && [ "$RIG_SOFTDIRTY_SCOPE" = comm ]; then
+		pghotd_start --source softdirty --comm '^pghot-workload$' --duration "$RIG_DURATION"
+	else
+		pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
+	fi
 	if [ "$scenario" = pghotd-damon ]; then
 		# pghotd's kdamond is a kernel thread: its CPU is not in pghotd's times, and it is gone
 		# once pghotd turns it off, so sample it while it runs.

@@ -53,6 +53,10 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
                       TLB gets flushed as a real TLB would be evicted (default 0: off; see
                       README: DAMON sees no accesses to a dense hot set without it)
   --kernel-args STR   extra guest kernel command-line arguments (e.g. loglevel=7)
+  --softdirty-scope pid|comm
+                      pghotd-softdirty selects the workload by --pid (default) or by
+                      --comm '^pghot-workload$' (a followed scope; pghotd then runs for the
+                      workload's duration, as such a scope does not end with its processes)
   -v, --verbose       stream each guest's console to stderr
 Environment: CARGO_TARGET_DIR (cargo's, default target/), PGHOT_VM_VMLINUZ + PGHOT_VM_BUSYBOX
 (skip fetch-guest.sh), PGHOT_VM_TIMEOUT (seconds per guest, default 3 x duration + 180).
@@ -78,6 +82,7 @@ damon_quota_mb=128
 damon_reset_ms=1000
 damon_max_regions=1000
 tlb_flush_ms=0
+softdirty_scope=pid
 kernel_args=
 verbose=0
 scenarios=()
@@ -102,6 +107,7 @@ while [ $# -gt 0 ]; do
 	--damon-max-regions) need_arg "$@"; damon_max_regions=$2; shift ;;
 	--tlb-flush-ms) need_arg "$@"; tlb_flush_ms=$2; shift ;;
 	--kernel-args) need_arg "$@"; kernel_args=$2; shift ;;
+	--softdirty-scope) need_arg "$@"; softdirty_scope=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
@@ -114,6 +120,7 @@ done
 [ ${#scenarios[@]} -gt 0 ] || usage
 # Run each scenario once, in the order given.
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
+case $softdirty_scope in pid | comm) ;; *) log "--softdirty-scope must be pid or comm, not '$softdirty_scope'"; usage ;; esac
 is_uint "$tlb_flush_ms" || { log "--tlb-flush-ms must be a number of milliseconds, not '$tlb_flush_ms'"; usage; }
 for v in duration sample_period freq_threshold damon_quota_mb damon_reset_ms damon_max_regions; do
 	if ! is_uint "${!v}" || [ "${!v}" -eq 0 ]; then
@@ -187,6 +194,7 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "RIG_DAMON_RESET_MS=$damon_reset_ms"
 	echo "RIG_DAMON_MAX_REGIONS=$damon_max_regions"
 	echo "RIG_TLB_FLUSH_MS=$tlb_flush_ms"
+	echo "RIG_SOFTDIRTY_SCOPE=$softdirty_scope"
 	echo "RIG_PGHOTD_ARGS=$(sq "$pghotd_args")"
 	echo "RIG_WORKLOAD_ARGS=$(sq "$workload_args")"
 } > "$root/etc/pghot-rig.conf"
