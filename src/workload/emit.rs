@@ -3,7 +3,7 @@
 //!
 //! Each worker formats its samples into a buffer of its own ([`WorkerEmitter`]) and hands it to
 //! the writer thread ([`Emitter::write_until`]) once it holds [`HANDOVER_BYTES`] or its oldest
-//! sample is [`FLUSH_EVERY`] old, so a worker never waits on a lock or a write(2) while the
+//! sample is [`FLUSH_EVERY`] old (checked at every sample and between chunks of accesses), so a worker never waits on a lock or a write(2) while the
 //! reader catches up: an emulated IBS sample should cost the workload its formatting and
 //! nothing else (a shared writer behind a mutex put the worker to sleep on every flush, about
 //! 0.09 s in 4 s under TCG). Only when [`QUEUED_BUFFERS`] wait does a worker block, as it
@@ -27,7 +27,7 @@ use super::sys;
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{AccessOp, DataSource, Sample, SourceKind};
 
-/// Longest a sample waits in its worker's buffer, in the worker's own sample time.
+/// Longest a sample waits in its worker's buffer (plus one chunk of accesses).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 
 /// A worker hands its buffer over once it holds this many bytes (about 300 lines).
@@ -221,8 +221,20 @@ impl WorkerEmitter<'_> {
         // Writing into a Vec cannot fail.
         let _ = self.lines.write_sample(sample);
         self.emitted += 1;
-        let full = self.lines.get_mut().len() >= HANDOVER_BYTES;
-        if full || sample.time_ns.saturating_sub(self.oldest_ns) >= FLUSH_EVERY.as_nanos() as u64 {
+        if self.lines.get_mut().len() >= HANDOVER_BYTES {
+            self.hand_over();
+        } else {
+            self.hand_over_if_old(sample.time_ns);
+        }
+    }
+
+    /// Hands the buffer over if its oldest sample is [`FLUSH_EVERY`] old at `now_ns`: the
+    /// workers call this between chunks of accesses, so a worker that samples rarely does not
+    /// keep a sample back until its next one.
+    pub fn hand_over_if_old(&mut self, now_ns: u64) {
+        if !self.lines.get_mut().is_empty()
+            && now_ns.saturating_sub(self.oldest_ns) >= FLUSH_EVERY.as_nanos() as u64
+        {
             self.hand_over();
         }
     }
@@ -344,6 +356,22 @@ mod tests {
         let stats = emitter.finish();
         assert_eq!(lines_in_file() as u64, stats.samples_emitted);
         assert_eq!(stats.samples_emitted, 2 + (HANDOVER_BYTES / 40) as u64);
+    }
+
+    #[test]
+    fn a_lone_sample_goes_once_it_is_old_without_waiting_for_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let emitter = Emitter::open(&dir.path().join("s.trace")).unwrap();
+        let mut worker = emitter.worker();
+        let s = sample_now(1, 1, 0x1000, false);
+        worker.emit(&s);
+        worker.hand_over_if_old(s.time_ns + FLUSH_EVERY.as_nanos() as u64 - 1);
+        assert!(emitter.full_rx.is_empty());
+        worker.hand_over_if_old(s.time_ns + FLUSH_EVERY.as_nanos() as u64);
+        assert_eq!(emitter.full_rx.len(), 1);
+        // An empty buffer is never sent.
+        worker.hand_over_if_old(u64::MAX);
+        assert_eq!(emitter.full_rx.len(), 1);
     }
 
     #[test]

@@ -283,6 +283,9 @@ impl Phase<'_> {
             }
             done += CHUNK;
             count.store(done, Ordering::Relaxed);
+            if let Some((emitter, _)) = sampling.as_mut() {
+                emitter.hand_over_if_old(sys::monotonic_ns());
+            }
             if stop.load(Ordering::Relaxed) {
                 break;
             }
