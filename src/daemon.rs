@@ -392,6 +392,12 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         });
     }
     failed += wait_for_sources(&events_rx, &threads, running);
+    if !drain {
+        // No source offers any more: stopped migrators count the last arrivals and exit.
+        for m in &migrators {
+            m.send(MigratorEvent::Close);
+        }
+    }
     for t in threads {
         // Those that reported their end are exiting; one that did not is left detached.
         if t.thread.is_finished() && t.thread.join().is_err() {
@@ -575,8 +581,10 @@ fn wait_for_migrators(migrators: Vec<MigratorHandle>, events: &Receiver<Event>, 
                 recv(events) -> event => match event {
                     Ok(Event::Signal(signal)) if deadline.is_none() => {
                         tracing::info!("signal {signal} during drain: abandoning queued candidates");
+                        // The sources have ended already: nothing more can arrive.
                         for m in &migrators {
                             m.send(MigratorEvent::Stop);
+                            m.send(MigratorEvent::Close);
                         }
                         deadline = Some(Instant::now() + Duration::from_secs(1));
                     }

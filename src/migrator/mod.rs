@@ -82,8 +82,12 @@ pub trait Admit: Send {
 pub enum MigratorEvent {
     /// Sources have ended: migrate everything queued, then exit.
     Finish,
-    /// Stop now: abandon what is queued (counted), exit.
+    /// Stop moving now: what is queued is abandoned (counted). The thread stays until
+    /// `Close`, counting what the still-stopping sources queue meanwhile, so no candidate is
+    /// left without an outcome.
     Stop,
+    /// After `Stop`, once no source can offer any more: count the last arrivals, exit.
+    Close,
     Reconfigure(MigratorConfig),
 }
 
@@ -679,11 +683,14 @@ impl MigratorHandle {
         let _ = self.events.send(event);
     }
 
-    /// Waits for the thread to exit, up to `timeout`. Returns false if it is still running.
+    /// Closes the migrator (after a `Stop`, no more candidates will come; a running or
+    /// finishing one abandons or drains as it would anyway) and waits for the thread to exit,
+    /// up to `timeout`. Returns false if it is still running.
     pub fn join(mut self, timeout: Duration) -> bool {
         let Some(thread) = self.thread.take() else {
             return true;
         };
+        let _ = self.events.try_send(MigratorEvent::Close);
         if self.done.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout) {
             tracing::warn!(node = self.node, "migrator did not stop within {timeout:?}");
             return false;
@@ -712,9 +719,16 @@ fn run<M: Mover, C: Clock>(
                     drain(migrator, queue, &mut batch);
                     return;
                 }
-                Ok(MigratorEvent::Stop) | Err(_) => {
-                    let abandoned = batch.len() + queue.rx.try_iter().count();
-                    migrator.stats.add(Counter::PgpromoteAbandoned, abandoned as u64);
+                Ok(MigratorEvent::Stop) => {
+                    abandon(migrator, queue, &mut batch);
+                    // Sources may still be offering (they stop within their poll slice):
+                    // keep the queue open and count those too, once Close says none is left.
+                    wait_for_close(events);
+                    abandon(migrator, queue, &mut batch);
+                    return;
+                }
+                Ok(MigratorEvent::Close) | Err(_) => {
+                    abandon(migrator, queue, &mut batch);
                     return;
                 }
                 Ok(MigratorEvent::Reconfigure(config)) => migrator.reconfigure(config),
@@ -724,6 +738,29 @@ fn run<M: Mover, C: Clock>(
                 migrator.maintain();
                 next_wake = Instant::now() + interval(&migrator.config);
             }
+        }
+    }
+}
+
+/// Counts the unfinished batch and everything queued as abandoned.
+fn abandon<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    queue: &CandidateReceiver,
+    batch: &mut Vec<Candidate>,
+) {
+    let abandoned = batch.len() + queue.rx.try_iter().count();
+    migrator
+        .stats
+        .add(Counter::PgpromoteAbandoned, abandoned as u64);
+    batch.clear();
+}
+
+/// After `Stop`: waits for `Close` (or `Finish`, or the daemon gone), ignoring the rest.
+fn wait_for_close(events: &Receiver<MigratorEvent>) {
+    loop {
+        match events.recv() {
+            Ok(MigratorEvent::Close | MigratorEvent::Finish) | Err(_) => return,
+            Ok(MigratorEvent::Stop | MigratorEvent::Reconfigure(_)) => {}
         }
     }
 }

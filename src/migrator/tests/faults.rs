@@ -180,6 +180,40 @@ fn a_migrator_thread_survives_failing_batches_and_drains_on_finish() {
     assert!(stats.get(Counter::PgpromoteFailBusy) > 0);
 }
 
+#[test]
+fn candidates_queued_between_stop_and_close_are_abandoned_not_lost() {
+    let rig = rig(MigratorConfig {
+        migrate_batch: 1000,
+        migrate_interval_ms: 60_000,
+        ..MigratorConfig::default()
+    });
+    map(&rig, 10, 0..30);
+    let stats = Arc::clone(&rig.stats);
+    let (tx, rx) = candidate_queue(64, 1000);
+    let handle = MigratorHandle::spawn(rig.migrator, rx).unwrap();
+    for p in 0..10 {
+        tx.offer(cand(10, p, 0)).unwrap();
+    }
+    handle.send(MigratorEvent::Stop);
+    // A source that has not seen the stop yet still offers; the queue takes it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while stats.get(Counter::PgpromoteAbandoned) < 10 {
+        assert!(std::time::Instant::now() < deadline, "Stop not handled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for p in 10..15 {
+        tx.offer(cand(10, p, 0)).unwrap();
+    }
+    handle.send(MigratorEvent::Close);
+    assert!(handle.join(Duration::from_secs(5)));
+    assert_eq!(stats.get(Counter::PgpromoteAbandoned), 15);
+    assert_eq!(
+        stats.get(Counter::PgpromoteSuccess),
+        0,
+        "nothing moved after Stop"
+    );
+}
+
 /// One injected fault for a batch.
 #[derive(Debug, Clone)]
 enum Fault {
