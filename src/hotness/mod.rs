@@ -261,8 +261,7 @@ impl HotTable {
         });
     }
 
-    /// The page is back on `node` (a lower tier: pghotd demoted it, or the migrators' audit
-    /// found the kernel did): it starts over as a fresh page.
+    /// pghotd moved the page back to `node` (a lower tier): it starts over as a fresh page.
     pub fn mark_demoted(&self, key: PageKey, node: NodeId) {
         self.update(key, |e| {
             e.node = node;
