@@ -132,16 +132,16 @@ fn node_0_run_reports_a_fast_hot_set_and_emits_its_samples() {
     assert_eq!(accesses, report.ticks.last().unwrap().2);
     assert!(accesses > 100_000, "{accesses}");
     assert!(r["ns_per_access"].as_f64().unwrap() > 0.0);
-    // Two busy workers: their time splits into run + runqueue + blocked = 2 x duration, and
-    // a spinning worker mostly runs.
+    // Two busy workers: the kernel's run and runqueue time fit in their 2 x duration of wall
+    // time (blocked is the rest), and a spinning worker mostly runs.
     let w = &r["workers"];
     let part = |k: &str| w[k].as_f64().unwrap_or_else(|| panic!("workers.{k}: {r}"));
     let (run, queue, blocked) = (part("run_s"), part("runqueue_s"), part("blocked_s"));
     assert!(run > 0.5 * duration, "{w}");
     assert!(queue >= 0.0 && blocked >= 0.0, "{w}");
     assert!(
-        (run + queue + blocked - 2.0 * duration).abs() < 0.05 * duration || blocked == 0.0,
-        "{w} over {duration} s"
+        run + queue <= 2.0 * duration * 1.05,
+        "{w}: more than the wall time of {duration} s x 2"
     );
     let pid = r["pid"].as_u64().unwrap() as u32;
 

@@ -20,12 +20,14 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::procpid::{self, ManagedPids, Watched};
 use super::{
     AccessOp, OpenContext, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
 };
+use crate::scope::Scope;
 use crate::stats::Counter;
 
 const PAGE_SIZE: u64 = 4096;
@@ -214,6 +216,13 @@ impl SoftDirtySource {
     }
 }
 
+/// The watched processes while the source runs: explicit pids (exits counted, the source ends
+/// with the last) or the followed scope.
+enum Live {
+    Explicit(ManagedPids),
+    Followed(Arc<Scope>),
+}
+
 /// The pids whose soft-dirty bits this source has cleared: only their next pass reads dirty
 /// pages (a first pass would report every page written since the process started). A pid
 /// that leaves the watched set is forgotten, so if it comes back (a process rejoining the
@@ -256,17 +265,17 @@ impl Source for SoftDirtySource {
 
     fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
         let mut sink = sinks.sink();
-        let (mut explicit, followed) = match &self.watched {
-            Watched::Pids(pids) => (Some(ManagedPids::new("softdirty", pids)), None),
-            Watched::Scope(scope) => (None, Some(scope)),
+        let mut live = match &self.watched {
+            Watched::Pids(pids) => Live::Explicit(ManagedPids::new("softdirty", pids)),
+            Watched::Scope(scope) => Live::Followed(Arc::clone(scope)),
         };
         let mut primed = Primed::default();
         let interval = Duration::from_millis(u64::from(self.config.interval_ms));
         let mut dirty = Vec::new();
         let mut next = Instant::now();
         while procpid::wait_until(next, stop) {
-            let pids = match (&mut explicit, followed) {
-                (Some(managed), _) => {
+            let pids = match &mut live {
+                Live::Explicit(managed) => {
                     managed.reap(sink.as_mut());
                     if managed.is_empty() {
                         tracing::info!("softdirty: every managed pid has exited; source ends");
@@ -274,8 +283,7 @@ impl Source for SoftDirtySource {
                     }
                     managed.pids().to_vec()
                 }
-                (None, Some(scope)) => scope.members(),
-                (None, None) => Vec::new(),
+                Live::Followed(scope) => scope.members(),
             };
             primed.follow(&pids);
             let started = Instant::now();
@@ -287,10 +295,10 @@ impl Source for SoftDirtySource {
                         primed.mark(pid);
                         sink.count(Counter::SoftdirtyDirtyPages, dirty.len() as u64);
                     }
-                    Err(PassError::Gone) => match &mut explicit {
-                        Some(managed) => managed.exited(pid, sink.as_mut()),
+                    Err(PassError::Gone) => match &mut live {
+                        Live::Explicit(managed) => managed.exited(pid, sink.as_mut()),
                         // The scope tracker drops it at its next refresh.
-                        None => primed.forget(pid),
+                        Live::Followed(_) => primed.forget(pid),
                     },
                     Err(PassError::Io(e)) => return Err(e),
                 }
