@@ -61,7 +61,9 @@ struct Cli {
     #[arg(long)]
     thp: bool,
     /// Write one of every --sample-period accesses per worker as a pghot-trace v1 line to this
-    /// file or FIFO (a FIFO's open waits for a reader).
+    /// file or FIFO (a FIFO's open waits for a reader). A writer thread formats the lines; a
+    /// sample carries the time and CPU its worker read at the start of its chunk of 1024
+    /// accesses.
     #[arg(long, value_name = "PATH", requires = "sample_period")]
     emit_samples: Option<PathBuf>,
     /// Accesses per emitted sample, per worker.

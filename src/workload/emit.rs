@@ -1,15 +1,19 @@
 //! `--emit-samples`: a pghot-trace v1 stream of the workload's own accesses, one of every
 //! `--sample-period`, for pghotd to read from a FIFO (or for a file to keep).
 //!
-//! Each worker formats its samples into a buffer of its own ([`WorkerEmitter`]) and hands it to
-//! the writer thread ([`Emitter::write_until`]) once it holds [`HANDOVER_BYTES`] or its oldest
-//! sample is [`FLUSH_EVERY`] old (checked at every sample and between chunks of accesses), so a worker never waits on a lock or a write(2) while the
-//! reader catches up: an emulated IBS sample should cost the workload its formatting and
-//! nothing else (a shared writer behind a mutex put the worker to sleep on every flush, about
-//! 0.09 s in 4 s under TCG). Only when [`QUEUED_BUFFERS`] wait does a worker block, as it
-//! would on a full pipe. When the reader goes away (EPIPE: Rust ignores SIGPIPE, so the write
-//! fails instead of killing us) or any other write fails, emission stops for good: later
-//! samples are only counted as dropped, and the workload runs on.
+//! Each worker records its samples raw (address, load or store, and the time and CPU it read
+//! at the start of its current chunk of accesses) into a buffer of its own
+//! ([`WorkerEmitter`]) and hands the buffer to the writer thread ([`Emitter::write_until`])
+//! once it holds [`HANDOVER_SAMPLES`] or its oldest sample is [`FLUSH_EVERY`] old (checked
+//! at every sample and between chunks). The writer thread formats the lines and writes them.
+//! So an emulated IBS sample costs the worker one store into its buffer, as a hardware sample
+//! costs the sampled code nothing: formatting a line and reading the clock and CPU per sample
+//! took about 5 % of a worker's time natively and more under TCG, and every access the
+//! workload does not make is a sample pghotd does not get. Only when [`QUEUED_BUFFERS`] wait
+//! does a worker block, as it would on a full pipe. When the reader goes away (EPIPE: Rust
+//! ignores SIGPIPE, so the write fails instead of killing us) or any other write fails,
+//! emission stops for good: later samples are only counted as dropped, and the workload runs
+//! on.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -23,15 +27,14 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::WorkloadError;
-use super::sys;
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{AccessOp, DataSource, Sample, SourceKind};
 
 /// Longest a sample waits in its worker's buffer (plus one chunk of accesses).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
 
-/// A worker hands its buffer over once it holds this many bytes (about 300 lines).
-pub const HANDOVER_BYTES: usize = 16 << 10;
+/// A worker hands its buffer over once it holds this many samples (about 16 KiB of lines).
+pub const HANDOVER_SAMPLES: usize = 256;
 
 /// Buffers handed over and not yet written before a worker has to wait for the writer.
 pub const QUEUED_BUFFERS: usize = 64;
@@ -47,21 +50,62 @@ pub struct EmitStats {
     pub emit_error: Option<String>,
 }
 
+/// One sample as a worker records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Raw {
+    time_ns: u64,
+    vaddr: u64,
+    cpu: u32,
+    store: bool,
+}
+
+/// A worker's samples on their way to the writer thread.
+#[derive(Debug)]
+struct Handed {
+    pid: u32,
+    tid: u32,
+    samples: Vec<Raw>,
+}
+
+impl Handed {
+    fn sample(&self, raw: &Raw) -> Sample {
+        Sample {
+            time_ns: raw.time_ns,
+            cpu: raw.cpu,
+            pid: self.pid,
+            tid: self.tid,
+            vaddr: raw.vaddr,
+            paddr: None,
+            op: if raw.store {
+                AccessOp::Store
+            } else {
+                AccessOp::Load
+            },
+            served_from: DataSource::Unknown,
+            node: None,
+            latency: None,
+            source: SourceKind::Trace,
+        }
+    }
+}
+
 struct Output {
     file: Option<File>,
     error: Option<String>,
+    /// The writer's line buffer, kept between writes.
+    lines: TraceWriter<Vec<u8>>,
 }
 
 /// The sample stream: its output, and the buffers on their way to it.
 pub struct Emitter {
     path: PathBuf,
     out: Mutex<Output>,
-    full_tx: Sender<Vec<u8>>,
-    full_rx: Receiver<Vec<u8>>,
-    spare_tx: Sender<Vec<u8>>,
-    spare_rx: Receiver<Vec<u8>>,
+    full_tx: Sender<Handed>,
+    full_rx: Receiver<Handed>,
+    spare_tx: Sender<Vec<Raw>>,
+    spare_rx: Receiver<Vec<Raw>>,
     stopped: AtomicBool,
-    /// Lines formatted while emission was on (lines of failed writes move to `dropped`).
+    /// Samples recorded while emission was on (those of failed writes move to `dropped`).
     emitted: AtomicU64,
     dropped: AtomicU64,
 }
@@ -106,6 +150,7 @@ impl Emitter {
             out: Mutex::new(Output {
                 file: Some(file),
                 error: None,
+                lines: TraceWriter::continuing(Vec::with_capacity(HANDOVER_SAMPLES * 80)),
             }),
             full_tx,
             full_rx,
@@ -117,21 +162,25 @@ impl Emitter {
         }
     }
 
-    /// A worker's own buffer; what it holds is handed over when it is dropped.
-    pub fn worker(&self) -> WorkerEmitter<'_> {
+    /// Thread `tid` of process `pid`'s own buffer; what it holds is handed over when it is
+    /// dropped. Call [`WorkerEmitter::stamp`] before the first sample.
+    pub fn worker(&self, pid: u32, tid: u32) -> WorkerEmitter<'_> {
         WorkerEmitter {
             emitter: self,
-            lines: TraceWriter::continuing(self.spare_buffer()),
-            oldest_ns: 0,
+            pid,
+            tid,
+            samples: self.spare_buffer(),
+            now_ns: 0,
+            cpu: 0,
             emitted: 0,
             dropped: 0,
         }
     }
 
-    fn spare_buffer(&self) -> Vec<u8> {
+    fn spare_buffer(&self) -> Vec<Raw> {
         self.spare_rx
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(HANDOVER_BYTES + 256))
+            .unwrap_or_else(|_| Vec::with_capacity(HANDOVER_SAMPLES))
     }
 
     /// The writer thread's loop: writes buffers as workers hand them over, until `stop`
@@ -140,37 +189,43 @@ impl Emitter {
         loop {
             crossbeam_channel::select! {
                 recv(stop) -> _ => return,
-                recv(self.full_rx) -> buf => match buf {
-                    Ok(buf) => self.write(buf),
+                recv(self.full_rx) -> handed => match handed {
+                    Ok(handed) => self.write(handed),
                     Err(_) => return,
                 },
             }
         }
     }
 
-    fn write(&self, mut buf: Vec<u8>) {
-        let mut out = self.out.lock();
+    fn write(&self, mut handed: Handed) {
+        let mut guard = self.out.lock();
+        let out = &mut *guard;
+        out.lines.get_mut().clear();
+        for raw in &handed.samples {
+            // Writing into a Vec cannot fail.
+            let _ = out.lines.write_sample(&handed.sample(raw));
+        }
         let result = match out.file.as_mut() {
-            Some(file) => file.write_all(&buf),
+            Some(file) => file.write_all(out.lines.get_mut()),
             None => Err(io::Error::other("emission stopped")),
         };
         if let Err(e) = result {
-            // These lines never reached the reader.
-            let lines = buf.iter().filter(|&&b| b == b'\n').count() as u64;
-            self.emitted.fetch_sub(lines, Ordering::Relaxed);
-            self.dropped.fetch_add(lines, Ordering::Relaxed);
+            // These samples never reached the reader.
+            let lost = handed.samples.len() as u64;
+            self.emitted.fetch_sub(lost, Ordering::Relaxed);
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
             if out.file.is_some() {
-                self.stop(&mut out, &e);
+                self.stop(out, &e);
             }
         }
-        buf.clear();
-        let _ = self.spare_tx.try_send(buf);
+        handed.samples.clear();
+        let _ = self.spare_tx.try_send(handed.samples);
     }
 
     /// Writes what is still queued and reports the counts; call once the workers are done.
     pub fn finish(&self) -> EmitStats {
-        while let Ok(buf) = self.full_rx.try_recv() {
-            self.write(buf);
+        while let Ok(handed) = self.full_rx.try_recv() {
+            self.write(handed);
         }
         let out = self.out.lock();
         EmitStats {
@@ -201,39 +256,44 @@ impl Emitter {
 /// One worker's side of the stream.
 pub struct WorkerEmitter<'a> {
     emitter: &'a Emitter,
-    lines: TraceWriter<Vec<u8>>,
-    /// Sample time of the oldest line in the buffer.
-    oldest_ns: u64,
+    pid: u32,
+    tid: u32,
+    samples: Vec<Raw>,
+    /// Time and CPU of the last [`WorkerEmitter::stamp`], given to the samples after it.
+    now_ns: u64,
+    cpu: u32,
     emitted: u64,
     dropped: u64,
 }
 
 impl WorkerEmitter<'_> {
-    /// Formats one sample into the buffer, or counts it as dropped once emission has stopped.
-    pub fn emit(&mut self, sample: &Sample) {
+    /// Records a sample of an access at `vaddr`, stamped with the last [`Self::stamp`], or
+    /// counts it as dropped once emission has stopped.
+    pub fn emit(&mut self, vaddr: u64, store: bool) {
         if self.emitter.stopped.load(Ordering::Relaxed) {
             self.dropped += 1;
             return;
         }
-        if self.lines.get_mut().is_empty() {
-            self.oldest_ns = sample.time_ns;
-        }
-        // Writing into a Vec cannot fail.
-        let _ = self.lines.write_sample(sample);
+        self.samples.push(Raw {
+            time_ns: self.now_ns,
+            vaddr,
+            cpu: self.cpu,
+            store,
+        });
         self.emitted += 1;
-        if self.lines.get_mut().len() >= HANDOVER_BYTES {
+        if self.samples.len() >= HANDOVER_SAMPLES {
             self.hand_over();
-        } else {
-            self.hand_over_if_old(sample.time_ns);
         }
     }
 
-    /// Hands the buffer over if its oldest sample is [`FLUSH_EVERY`] old at `now_ns`: the
-    /// workers call this between chunks of accesses, so a worker that samples rarely does not
-    /// keep a sample back until its next one.
-    pub fn hand_over_if_old(&mut self, now_ns: u64) {
-        if !self.lines.get_mut().is_empty()
-            && now_ns.saturating_sub(self.oldest_ns) >= FLUSH_EVERY.as_nanos() as u64
+    /// Sets the time and CPU of the samples that follow (the worker reads them once per chunk
+    /// of accesses, not per sample), and hands the buffer over if its oldest sample is
+    /// [`FLUSH_EVERY`] old by `now_ns`, so a worker that samples rarely does not keep a sample
+    /// back until its buffer fills.
+    pub fn stamp(&mut self, now_ns: u64, cpu: u32) {
+        (self.now_ns, self.cpu) = (now_ns, cpu);
+        if let Some(oldest) = self.samples.first()
+            && now_ns.saturating_sub(oldest.time_ns) >= FLUSH_EVERY.as_nanos() as u64
         {
             self.hand_over();
         }
@@ -247,13 +307,17 @@ impl WorkerEmitter<'_> {
             .dropped
             .fetch_add(self.dropped, Ordering::Relaxed);
         (self.emitted, self.dropped) = (0, 0);
-        if self.lines.get_mut().is_empty() {
+        if self.samples.is_empty() {
             return;
         }
-        let full = std::mem::replace(self.lines.get_mut(), self.emitter.spare_buffer());
+        let samples = std::mem::replace(&mut self.samples, self.emitter.spare_buffer());
         // Blocks while QUEUED_BUFFERS wait (the reader is behind). The emitter holds the
         // receiver, so the send cannot fail.
-        let _ = self.emitter.full_tx.send(full);
+        let _ = self.emitter.full_tx.send(Handed {
+            pid: self.pid,
+            tid: self.tid,
+            samples,
+        });
     }
 }
 
@@ -268,54 +332,49 @@ pub fn is_fifo(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
 }
 
-/// A sample of the calling thread's access at `vaddr`, stamped now.
-pub fn sample_now(pid: u32, tid: u32, vaddr: u64, store: bool) -> Sample {
-    Sample {
-        time_ns: sys::monotonic_ns(),
-        cpu: sys::current_cpu(),
-        pid,
-        tid,
-        vaddr,
-        paddr: None,
-        op: if store {
-            AccessOp::Store
-        } else {
-            AccessOp::Load
-        },
-        served_from: DataSource::Unknown,
-        node: None,
-        latency: None,
-        source: SourceKind::Trace,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sampler::trace::parse_line;
+
+    const MS: u64 = 1_000_000;
+
+    fn lines_in(path: &Path) -> Vec<Sample> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .filter_map(|l| parse_line(l).unwrap())
+            .collect()
+    }
 
     #[test]
     fn samples_round_trip_through_the_trace_format() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.trace");
         let emitter = Emitter::open(&path).unwrap();
-        let s = sample_now(42, 43, 0x7f00_0000_1040, true);
         {
-            let mut worker = emitter.worker();
-            worker.emit(&s);
-            worker.emit(&sample_now(42, 43, 0x7f00_0000_2000, false));
+            let mut worker = emitter.worker(42, 43);
+            worker.stamp(5 * MS, 1);
+            worker.emit(0x7f00_0000_1040, true);
+            worker.stamp(6 * MS, 0);
+            worker.emit(0x7f00_0000_2000, false);
         }
         let stats = emitter.finish();
         assert_eq!(stats.samples_emitted, 2);
         assert_eq!(stats.samples_dropped, 0);
-        let text = std::fs::read_to_string(&path).unwrap();
-        let parsed: Vec<Sample> = text
-            .lines()
-            .filter_map(|l| parse_line(l).unwrap())
-            .collect();
+        let parsed = lines_in(&path);
         assert_eq!(parsed.len(), 2);
-        assert_eq!(parsed[0], s);
-        assert_eq!(parsed[1].op, AccessOp::Load);
+        let fields = |s: &Sample| (s.time_ns, s.cpu, s.pid, s.tid, s.vaddr, s.op);
+        assert_eq!(
+            fields(&parsed[0]),
+            (5 * MS, 1, 42, 43, 0x7f00_0000_1040, AccessOp::Store)
+        );
+        assert_eq!(
+            fields(&parsed[1]),
+            (6 * MS, 0, 42, 43, 0x7f00_0000_2000, AccessOp::Load)
+        );
+        // An emulated sample knows neither the physical address nor the node.
+        assert!(parsed.iter().all(|s| s.paddr.is_none() && s.node.is_none()));
     }
 
     #[test]
@@ -324,53 +383,53 @@ mod tests {
         let path = dir.path().join("s.trace");
         let emitter = Emitter::open(&path).unwrap();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
-        let lines_in_file = || std::fs::read_to_string(&path).unwrap().lines().count() - 1;
+        let lines_in_file = || lines_in(&path).len();
+        let wait_for = |n: usize| {
+            let waited = std::time::Instant::now();
+            while lines_in_file() < n {
+                assert!(waited.elapsed() < Duration::from_secs(10), "never written");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
         std::thread::scope(|scope| {
             scope.spawn(|| emitter.write_until(&stop_rx));
-            let mut worker = emitter.worker();
-            let mut s = sample_now(1, 1, 0x1000, false);
-            worker.emit(&s);
+            let mut worker = emitter.worker(1, 1);
+            worker.stamp(MS, 0);
+            worker.emit(0x1000, false);
             // Not full, not old: still in the worker's buffer.
+            worker.stamp(MS + FLUSH_EVERY.as_nanos() as u64 - 1, 0);
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(lines_in_file(), 0);
-            // A sample FLUSH_EVERY later sends both.
-            s.time_ns += FLUSH_EVERY.as_nanos() as u64;
-            worker.emit(&s);
-            let waited = std::time::Instant::now();
-            while lines_in_file() < 2 {
-                assert!(waited.elapsed() < Duration::from_secs(10), "never written");
-                std::thread::sleep(Duration::from_millis(5));
+            // A stamp FLUSH_EVERY after the oldest sample sends it.
+            worker.stamp(MS + FLUSH_EVERY.as_nanos() as u64, 0);
+            wait_for(1);
+            // A full buffer goes without waiting for the clock.
+            for _ in 0..HANDOVER_SAMPLES {
+                worker.emit(0x2000, true);
             }
-            // Enough lines to fill a buffer go without waiting for the clock.
-            let n = HANDOVER_BYTES / 40;
-            for _ in 0..n {
-                worker.emit(&s);
-            }
-            while lines_in_file() < 2 + HANDOVER_BYTES / 100 {
-                assert!(waited.elapsed() < Duration::from_secs(10), "never written");
-                std::thread::sleep(Duration::from_millis(5));
-            }
+            wait_for(1 + HANDOVER_SAMPLES);
+            // The rest goes when the worker is done.
+            worker.emit(0x3000, false);
             drop(worker);
+            wait_for(2 + HANDOVER_SAMPLES);
             drop(stop_tx);
         });
         let stats = emitter.finish();
         assert_eq!(lines_in_file() as u64, stats.samples_emitted);
-        assert_eq!(stats.samples_emitted, 2 + (HANDOVER_BYTES / 40) as u64);
+        assert_eq!(stats.samples_emitted, 2 + HANDOVER_SAMPLES as u64);
     }
 
     #[test]
-    fn a_lone_sample_goes_once_it_is_old_without_waiting_for_the_next() {
+    fn an_empty_buffer_is_never_handed_over() {
         let dir = tempfile::tempdir().unwrap();
         let emitter = Emitter::open(&dir.path().join("s.trace")).unwrap();
-        let mut worker = emitter.worker();
-        let s = sample_now(1, 1, 0x1000, false);
-        worker.emit(&s);
-        worker.hand_over_if_old(s.time_ns + FLUSH_EVERY.as_nanos() as u64 - 1);
+        let mut worker = emitter.worker(1, 1);
+        worker.stamp(0, 0);
+        worker.stamp(u64::MAX, 0);
         assert!(emitter.full_rx.is_empty());
-        worker.hand_over_if_old(s.time_ns + FLUSH_EVERY.as_nanos() as u64);
-        assert_eq!(emitter.full_rx.len(), 1);
-        // An empty buffer is never sent.
-        worker.hand_over_if_old(u64::MAX);
+        worker.stamp(0, 0);
+        worker.emit(0x1000, false);
+        worker.stamp(u64::MAX, 0);
         assert_eq!(emitter.full_rx.len(), 1);
     }
 
@@ -379,13 +438,14 @@ mod tests {
         let (reader, writer) = nix::unistd::pipe().unwrap();
         drop(reader);
         let emitter = Emitter::over(PathBuf::from("pipe"), File::from(writer));
-        let mut worker = emitter.worker();
-        worker.emit(&sample_now(1, 1, 0x1000, false));
+        let mut worker = emitter.worker(1, 1);
+        worker.stamp(MS, 0);
+        worker.emit(0x1000, false);
         worker.hand_over();
         // The writer thread's part, by hand: the write fails with EPIPE.
         emitter.write(emitter.full_rx.try_recv().unwrap());
-        worker.emit(&sample_now(1, 1, 0x2000, false));
-        worker.emit(&sample_now(1, 1, 0x3000, false));
+        worker.emit(0x2000, false);
+        worker.emit(0x3000, false);
         drop(worker);
         let stats = emitter.finish();
         assert_eq!(stats.samples_emitted, 0);

@@ -266,7 +266,10 @@ impl Phase<'_> {
         let tid = sys::thread_id();
         let mut cursor = self.plan.cursor(self.opts.seed, index as u64);
         let period = self.opts.emit.as_ref().map(|e| e.period);
-        let mut sampling = self.emitter.map(|e| e.worker()).zip(period);
+        let mut sampling = self.emitter.map(|e| e.worker(self.pid, tid)).zip(period);
+        if let Some((emitter, _)) = sampling.as_mut() {
+            emitter.stamp(sys::monotonic_ns(), sys::current_cpu());
+        }
         let mut until_sample = sampling.as_ref().map_or(u64::MAX, |(_, period)| *period);
         let mut done = 0u64;
         loop {
@@ -278,13 +281,13 @@ impl Phase<'_> {
                 {
                     until_sample = *period;
                     let vaddr = base + access.word as u64 * 8;
-                    emitter.emit(&emit::sample_now(self.pid, tid, vaddr, access.store));
+                    emitter.emit(vaddr, access.store);
                 }
             }
             done += CHUNK;
             count.store(done, Ordering::Relaxed);
             if let Some((emitter, _)) = sampling.as_mut() {
-                emitter.hand_over_if_old(sys::monotonic_ns());
+                emitter.stamp(sys::monotonic_ns(), sys::current_cpu());
             }
             if stop.load(Ordering::Relaxed) {
                 break;
