@@ -53,6 +53,8 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
                       TLB gets flushed as a real TLB would be evicted (default 0: off; see
                       README: DAMON sees no accesses to a dense hot set without it)
   --kernel-args STR   extra guest kernel command-line arguments (e.g. loglevel=7)
+  --cpu MODEL         QEMU -cpu for the guest (default max,-erms,-fsrm: see tests/vm/lib.sh;
+                      `max` is the issue's recipe, with page copies 2.5 times slower)
   --softdirty-scope pid|comm
                       pghotd-softdirty selects the workload by --pid (default) or by
                       --comm '^pghot-workload$' (a followed scope; pghotd then runs for the
@@ -107,6 +109,7 @@ while [ $# -gt 0 ]; do
 	--damon-max-regions) need_arg "$@"; damon_max_regions=$2; shift ;;
 	--tlb-flush-ms) need_arg "$@"; tlb_flush_ms=$2; shift ;;
 	--kernel-args) need_arg "$@"; kernel_args=$2; shift ;;
+	--cpu) need_arg "$@"; PGHOT_VM_CPU=$2; shift ;;
 	--softdirty-scope) need_arg "$@"; softdirty_scope=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
@@ -218,7 +221,7 @@ for s in "${scenarios[@]}"; do
 	append="console=ttyS0 panic=-1 quiet pghot.scenario=$s"
 	[ "$s" = numab2 ] || append="$append numa_balancing=disable"
 	[ -z "$kernel_args" ] || append="$append $kernel_args"
-	log "$s: booting ($duration s workload, timeout ${timeout_s} s)"
+	log "$s: booting ($duration s workload, -cpu $PGHOT_VM_CPU, timeout ${timeout_s} s)"
 	console=$work/$s.console
 	# QEMU's TCG sometimes runs a stale translation of kernel text that the kernel has just
 	# patched (static keys, text_poke_bp): the guest dies of "Oops: int3" in code that never
