@@ -135,6 +135,10 @@ counters! {
     /// Candidates deferred by duplex-aware admission (TierBPF Table 2); offered again on their
     /// next sample.
     PgpromoteDeferredDuplex => "pgpromote_deferred_duplex",
+    /// Candidates in a THP deferred because their process's split histogram is still too thin
+    /// to say which part of a THP is hot (on a contended node); offered again on their next
+    /// sample.
+    PgpromoteDeferredFewSamples => "pgpromote_deferred_few_samples",
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio",
     /// Deferred: a write-heavy page while its node's traffic is read-dominant.
@@ -165,7 +169,9 @@ counters! {
     ThpWholePromotions => "thp_whole_promotions",
     /// Whole: the slow node's bandwidth is under `split_contention_MBps`.
     ThpSplitUncontended => "thp_split_uncontended",
-    /// Whole: the process's histogram has too few samples.
+    /// Regions whose THP candidates were deferred: the process's histogram has too few
+    /// samples (`split_min_samples`) to split by, and promoting 2 MiB whole on that little
+    /// evidence is what over-promotes.
     ThpSplitFewSamples => "thp_split_few_samples",
     /// Whole: the histogram is flat (entropy at or above `split_flat_entropy_pct`).
     ThpSplitFlat => "thp_split_flat",
@@ -260,6 +266,7 @@ impl Counter {
         Counter::PgpromoteAbandoned,
         Counter::PgpromotePaused,
         Counter::PgpromoteDeferredDuplex,
+        Counter::PgpromoteDeferredFewSamples,
         Counter::PgpromoteSameFolio,
     ];
 

@@ -6,7 +6,9 @@
 //! 2. Granularity: candidates are grouped by (pid, 2 MiB region). With splitting configured,
 //!    the region's folios are read; a candidate in a large folio gets its process's split
 //!    decision. Split: write to debugfs, read the region again, and promote the hot subfolios
-//!    plus each candidate's own, one address per folio, charged at the folio's size. Any
+//!    plus each candidate's own, one address per folio, charged at the folio's size. While the
+//!    process's histogram is too thin to decide, candidates in large folios are deferred
+//!    (un-queued, offered again by a later sample) rather than promoted 2 MiB at a time. Any
 //!    other outcome promotes the folio whole (one address, charged at its size) and counts why.
 //!
 //! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
@@ -30,15 +32,6 @@ pub struct AdmissionGate<K: ThpKernel> {
     kernel: K,
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
     dry_run: bool,
-}
-
-/// Why a THP was promoted whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Whole {
-    Uncontended,
-    FewSamples,
-    Flat,
-    Dense,
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -81,6 +74,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
         &mut self,
         group: &[Candidate],
         out: &mut Vec<Candidate>,
+        table: &HotTable,
         stats: &Stats,
         now: Instant,
     ) {
@@ -107,28 +101,32 @@ impl<K: ThpKernel> AdmissionGate<K> {
         }
         stats.add(Counter::ThpSplitCandidates, group.len() as u64);
         let node = group[0].from_node;
-        let why_whole = if !self.admission.contended(node) {
-            Err(Whole::Uncontended)
+        // Ok: split by the plan; Err: promote whole, counted under that reason.
+        let plan = if !self.admission.contended(node) {
+            Err(Counter::ThpSplitUncontended)
         } else {
             match self.admission.decision(pid, now) {
-                SplitDecision::FewSamples { .. } => Err(Whole::FewSamples),
-                SplitDecision::Flat { .. } => Err(Whole::Flat),
-                SplitDecision::Split(p) if !p.splits() => Err(Whole::Dense),
+                SplitDecision::FewSamples { .. } => {
+                    stats.add(Counter::ThpSplitFewSamples, 1);
+                    for c in group {
+                        if in_large(c) {
+                            stats.add(Counter::PgpromoteDeferredFewSamples, 1);
+                            table.unqueue(c.key);
+                        } else {
+                            out.push(*c);
+                        }
+                    }
+                    return;
+                }
+                SplitDecision::Flat { .. } => Err(Counter::ThpSplitFlat),
+                SplitDecision::Split(p) if !p.splits() => Err(Counter::ThpSplitDense),
                 SplitDecision::Split(p) => Ok(p),
             }
         };
-        let plan = match why_whole {
+        let plan = match plan {
             Ok(plan) => plan,
-            Err(why) => {
-                stats.add(
-                    match why {
-                        Whole::Uncontended => Counter::ThpSplitUncontended,
-                        Whole::FewSamples => Counter::ThpSplitFewSamples,
-                        Whole::Flat => Counter::ThpSplitFlat,
-                        Whole::Dense => Counter::ThpSplitDense,
-                    },
-                    1,
-                );
+            Err(why_whole) => {
+                stats.add(why_whole, 1);
                 return by_folio(&region, group, out, stats);
             }
         };
@@ -320,7 +318,7 @@ impl<K: ThpKernel> Admit for AdmissionGate<K> {
             let region = |c: &Candidate| (c.key.pid(), c.key.vaddr() / REGION_BYTES);
             let r = region(&batch[start]);
             let end = start + batch[start..].iter().take_while(|c| region(c) == r).count();
-            self.region(&batch[start..end], &mut out, stats, now);
+            self.region(&batch[start..end], &mut out, table, stats, now);
             start = end;
         }
         *batch = out;
@@ -333,7 +331,7 @@ mod tests {
     use super::super::thp::fake::FakeThp;
     use super::super::{AdmissionConfig, LocalAdmission};
     use super::*;
-    use crate::hotness::HotPolicy;
+    use crate::hotness::{HotPolicy, Recorded};
     use crate::sampler::{AccessOp, SourceKind};
 
     const PID: u32 = 10;
@@ -518,6 +516,65 @@ mod tests {
         rig2.admit(&mut batch);
         assert_eq!(batch[0].bytes, PAGE_SIZE);
         assert_eq!(rig2.get(Counter::ThpSplitCandidates), 1);
+    }
+
+    #[test]
+    fn a_thin_histogram_defers_thp_candidates_instead_of_promoting_2m() {
+        // Contended (threshold 0), but only 10 samples against split_min_samples 64.
+        let adm = Arc::new(Admission::new(
+            AdmissionConfig {
+                split_contention_mbps: 0,
+                ..split_config()
+            },
+            2,
+        ));
+        let mut local = adm.local();
+        for t in 0..10u64 {
+            feed(&adm, &mut local, BASE + 260 * PAGE_SIZE, AccessOp::Load, t);
+        }
+        local.flush(&adm);
+        let mut k = FakeThp::default();
+        k.thp(PID, BASE);
+        let mut rig = rig(Arc::clone(&adm), k);
+        let access = |vaddr, time_ns| crate::hotness::Access {
+            key: cand(vaddr).key,
+            time_ns,
+            node: 2,
+            op: AccessOp::Load,
+        };
+        let in_thp = BASE + 260 * PAGE_SIZE;
+        // The default policy wants two samples in its window.
+        rig.table.record(&access(in_thp, 0));
+        assert_eq!(rig.table.record(&access(in_thp, 1)), Recorded::Candidate);
+        assert_eq!(rig.table.record(&access(in_thp, 2)), Recorded::Tracked);
+        let base_page = BASE + 9 * REGION_BYTES;
+        let mut batch = vec![cand(in_thp), cand(BASE + 300 * PAGE_SIZE), cand(base_page)];
+        rig.admit(&mut batch);
+        let kept: Vec<u64> = batch.iter().map(|c| c.key.vaddr()).collect();
+        assert_eq!(kept, vec![base_page], "base pages are not held back");
+        assert_eq!(rig.get(Counter::ThpSplitFewSamples), 1);
+        assert_eq!(rig.get(Counter::PgpromoteDeferredFewSamples), 2);
+        assert_eq!(rig.get(Counter::ThpWholePromotions), 0);
+        assert!(rig.gate.kernel.splits.is_empty());
+        // Un-queued: the page's next sample offers it again.
+        assert_eq!(
+            rig.table.record(&access(in_thp, 1_000_000)),
+            Recorded::Candidate
+        );
+
+        // Once the histogram holds enough samples, the same THP is split.
+        for t in 0..2000u64 {
+            let v = BASE + (256 + t % 16) * PAGE_SIZE;
+            feed(&adm, &mut local, v, AccessOp::Load, t * 1_000_000);
+        }
+        local.flush(&adm);
+        let mut batch = vec![cand(in_thp)];
+        rig.admit(&mut batch);
+        assert_eq!(
+            rig.gate.kernel.splits,
+            vec![(PID, BASE, BASE + REGION_BYTES, 4)]
+        );
+        assert_eq!(batch[0].bytes, 65536);
     }
 
     #[test]
