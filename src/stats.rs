@@ -84,6 +84,12 @@ counters! {
     DropBadNode => "pghot_drop_bad_node",
     /// move_pages(2) queries made to find the node of samples that carried none.
     PghotNodeQueries => "pghot_node_queries",
+    /// Pages the table holds on a top-tier node that a migrator re-checked with the kernel
+    /// (node-less samples trust the table's node; see `migrator::audit`).
+    PghotAuditPages => "pghot_audit_pages",
+    /// Of those, pages found back on a lower tier (kernel demotion, a khugepaged collapse):
+    /// tracked as lower-tier again, so their next samples can promote them.
+    PghotAuditMovedBack => "pghot_audit_moved_back",
     /// Records lost by a source before pghotd saw them (ring overflow).
     SourceLostRecords => "pghot_source_lost_records",
     /// Tracked pages evicted (coldest first) to stay under `max_tracked_pages`.

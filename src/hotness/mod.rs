@@ -261,7 +261,8 @@ impl HotTable {
         });
     }
 
-    /// pghotd moved the page back to `node` (a lower tier): it starts over as a fresh page.
+    /// The page is back on `node` (a lower tier: pghotd demoted it, or the migrators' audit
+    /// found the kernel did): it starts over as a fresh page.
     pub fn mark_demoted(&self, key: PageKey, node: NodeId) {
         self.update(key, |e| {
             e.node = node;

@@ -18,6 +18,7 @@
 //! With `dry_run` steps 3-4 are skipped and allowed pages count as promoted: a batch replay of
 //! a trace needs no live processes.
 
+pub mod audit;
 pub mod capacity;
 pub mod demote;
 pub mod mover;
@@ -117,6 +118,10 @@ pub struct Migrator<M: Mover, C: Clock> {
     demotes_from: Vec<NodeId>,
     /// Whole-call move_pages failures so far (other than an exited process), for the log.
     call_failures: u64,
+    /// When the next audit of the pages believed fast is due (clock time).
+    next_audit: Duration,
+    /// Most pages one audit asks about.
+    audit_pages: usize,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -154,7 +159,15 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             heat_admission: HeatAdmission::default(),
             demoter,
             call_failures: 0,
+            next_audit: Duration::ZERO,
+            audit_pages: audit::AUDIT_PAGES,
         }
+    }
+
+    /// Audits at most `pages` pages a pass (the simulator scales it down with its memory).
+    pub fn with_audit_pages(mut self, pages: usize) -> Self {
+        self.audit_pages = pages;
+        self
     }
 
     /// Runs `admission` on each batch before it is grouped and moved.
@@ -318,6 +331,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// coldest pages pghotd promoted off any fast node under its low watermark.
     pub fn maintain(&mut self) {
         self.heat_admission.decay();
+        // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
+        if !self.config.dry_run && self.clock.now() >= self.next_audit {
+            self.audit();
+            self.next_audit = self.clock.now() + audit::AUDIT_EVERY;
+        }
         if !self.config.demote || self.config.dry_run {
             return;
         }
@@ -337,6 +355,40 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 self.demoter
                     .victims(&self.table, fast, wanted, now, crate::hotness::PAGE_SIZE);
             self.demote_pages(victims);
+        }
+    }
+
+    /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and
+    /// tracks those found on a lower tier as lower-tier again (see [`audit`]).
+    fn audit(&mut self) {
+        let keys = audit::pick(&self.table, &self.demotes_from, self.audit_pages);
+        let mut checked = 0;
+        let mut moved_back = 0;
+        for group in keys.chunk_by(|a, b| a.pid() == b.pid()) {
+            let pid = group[0].pid();
+            let pages: Vec<u64> = group.iter().map(|k| k.vaddr()).collect();
+            let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+            // A process that exited or left the scope is the table's eviction's business.
+            if self.query(pid, &pages, &mut status).is_err() {
+                continue;
+            }
+            checked += pages.len() as u64;
+            for (&key, &s) in group.iter().zip(&status) {
+                if let Ok(node) = NodeId::try_from(s)
+                    && self.topology.is_lower_tier(node)
+                {
+                    self.table.mark_demoted(key, node);
+                    moved_back += 1;
+                }
+            }
+        }
+        self.stats.add(Counter::PghotAuditPages, checked);
+        self.stats.add(Counter::PghotAuditMovedBack, moved_back);
+        if moved_back > 0 {
+            tracing::debug!(
+                node = self.node,
+                "audit: {moved_back} of {checked} pages believed fast are back on a lower tier"
+            );
         }
     }
 
@@ -881,6 +933,59 @@ mod tests {
         .iter()
         .map(|&c| counter(rig, c))
         .sum()
+    }
+
+    #[test]
+    fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
+        let mut rig = rig(MigratorConfig::default());
+        map(&rig, 10, 0..3);
+        let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0), cand(10, 2, 1)];
+        for c in &batch {
+            rig.table.record(&Access {
+                key: c.key,
+                time_ns: 1_000_000,
+                node: 2,
+                op: AccessOp::Load,
+            });
+        }
+        rig.migrator.process(&mut batch);
+        assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+        // The kernel demotes one page behind pghotd's back; the table still says node 0.
+        let key = PageKey::new(10, PAGE_SIZE).unwrap();
+        rig.mover.0.lock().pages.insert((10, PAGE_SIZE), SLOW);
+        assert_eq!(rig.table.get(key).unwrap().node(), 0);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PghotAuditPages), 3);
+        assert_eq!(counter(&rig, Counter::PghotAuditMovedBack), 1);
+        let e = rig.table.get(key).unwrap();
+        assert_eq!(e.node(), 2, "tracked as lower-tier again");
+        assert!(!e.is_promoted());
+        // Once a second, not per interval.
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PghotAuditPages), 3);
+        rig.clock.advance(audit::AUDIT_EVERY);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PghotAuditPages), 5);
+    }
+
+    #[test]
+    fn a_dry_run_never_audits() {
+        let mut rig = rig(MigratorConfig {
+            dry_run: true,
+            ..MigratorConfig::default()
+        });
+        let key = PageKey::new(10, 0).unwrap();
+        rig.table.record(&Access {
+            key,
+            time_ns: 1_000_000,
+            node: 2,
+            op: AccessOp::Load,
+        });
+        rig.table.mark_promoted(key, 0);
+        assert_eq!(audit::pick(&rig.table, &[0, 1], 10), vec![key]);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PghotAuditPages), 0);
+        assert_eq!(rig.table.get(key).unwrap().node(), 0);
     }
 
     #[test]

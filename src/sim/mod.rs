@@ -258,7 +258,11 @@ impl PghotdEngine {
             Arc::clone(&stats),
             RateLimits::default(),
         )
-        .with_free_memory(Arc::new(SimFree(Arc::clone(mem))));
+        .with_free_memory(Arc::new(SimFree(Arc::clone(mem))))
+        // Its full-size cost, like the rate limit's: the scaled memory has 1/scale the pages.
+        .with_audit_pages(
+            ((crate::migrator::audit::AUDIT_PAGES as f64 / scale).ceil() as usize).max(1),
+        );
         let (controller, period) = match policy.period {
             PeriodSetting::Fixed(p) => (None, p.max(1)),
             PeriodSetting::Auto { cpu_budget_pct } => {

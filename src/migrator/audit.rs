@@ -1,0 +1,79 @@
+//! Re-checking where the kernel keeps the pages the table believes are on a fast node.
+//!
+//! Samples without a physical address or node (trace, page faults, DAMON, soft-dirty) take the
+//! node the table last saw, and the table only learns of moves pghotd makes. The kernel moves
+//! pages too: reclaim demotes them to a lower tier, and khugepaged collapses a range pghotd
+//! split back into one huge page on the node most of it sat on. Such a page would look fast
+//! forever and never be promoted again. So once per [`AUDIT_EVERY`] each migrator asks the
+//! kernel (move_pages query mode, no move) about the hottest [`AUDIT_PAGES`] pages believed on
+//! the fast nodes it serves, and those found on a lower tier are tracked as lower-tier again.
+//! Samples that carry a physical address never needed this; the audit costs a few queries a
+//! second either way.
+
+use std::time::Duration;
+
+use crate::hotness::{HotTable, PageKey};
+use crate::topology::NodeId;
+
+/// How often a migrator audits.
+pub const AUDIT_EVERY: Duration = Duration::from_secs(1);
+
+/// Most pages one audit asks about: the hottest, since those are the ones worth promoting
+/// again; a cold page the kernel demoted is where it belongs.
+pub const AUDIT_PAGES: usize = 4096;
+
+/// The `n` hottest pages the table places on one of `fast_nodes`, by pid then address (the
+/// order the queries go in).
+pub fn pick(table: &HotTable, fast_nodes: &[NodeId], n: usize) -> Vec<PageKey> {
+    let mut believed: Vec<(PageKey, f64)> = Vec::new();
+    table.for_each_page(|e, heat| {
+        if fast_nodes.contains(&e.node()) {
+            believed.push((e.key(), heat));
+        }
+    });
+    if believed.len() > n {
+        believed.select_nth_unstable_by(n, |a, b| b.1.total_cmp(&a.1));
+        believed.truncate(n);
+    }
+    let mut keys: Vec<PageKey> = believed.into_iter().map(|(k, _)| k).collect();
+    keys.sort_unstable();
+    keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hotness::{Access, HotPolicy};
+    use crate::sampler::AccessOp;
+
+    /// A page sampled `times` times on lower-tier node 2, then believed on `node`.
+    fn page(table: &HotTable, pid: u32, page: u64, node: NodeId, times: u32) {
+        let key = PageKey::new(pid, page << 12).unwrap();
+        for i in 0..times {
+            table.record(&Access {
+                key,
+                time_ns: 1_000_000 + u64::from(i),
+                node: 2,
+                op: AccessOp::Load,
+            });
+        }
+        table.mark_promoted(key, node);
+    }
+
+    #[test]
+    fn picks_the_hottest_pages_believed_fast_in_query_order() {
+        let table = HotTable::new(1 << 12, HotPolicy::default());
+        page(&table, 20, 1, 0, 5);
+        page(&table, 10, 2, 1, 3);
+        page(&table, 10, 3, 0, 1);
+        page(&table, 10, 4, 2, 9); // lower tier: never audited
+        let key = |pid, page: u64| PageKey::new(pid, page << 12).unwrap();
+        assert_eq!(
+            pick(&table, &[0, 1], 10),
+            vec![key(10, 2), key(10, 3), key(20, 1)]
+        );
+        // The two hottest only (5 and 3 samples).
+        assert_eq!(pick(&table, &[0, 1], 2), vec![key(10, 2), key(20, 1)]);
+        assert!(pick(&table, &[], 10).is_empty());
+    }
+}
