@@ -10,6 +10,8 @@
 //! Samples that carry a physical address never needed this; the audit costs a few queries a
 //! second either way.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 use crate::hotness::{HotTable, PageKey};
@@ -23,21 +25,44 @@ pub const AUDIT_EVERY: Duration = Duration::from_secs(1);
 pub const AUDIT_PAGES: usize = 4096;
 
 /// The `n` hottest pages the table places on one of `fast_nodes`, by pid then address (the
-/// order the queries go in).
+/// order the queries go in). Kept in a bounded heap while the table is scanned, so an audit
+/// of a full table allocates `n` entries, not one per tracked page.
 pub fn pick(table: &HotTable, fast_nodes: &[NodeId], n: usize) -> Vec<PageKey> {
-    let mut believed: Vec<(PageKey, f64)> = Vec::new();
+    // Min-heap on heat: the root is the coldest of the hottest kept so far.
+    let mut kept: BinaryHeap<Reverse<(HeatOrd, PageKey)>> = BinaryHeap::with_capacity(n + 1);
     table.for_each_page(|e, heat| {
-        if fast_nodes.contains(&e.node()) {
-            believed.push((e.key(), heat));
+        if n == 0 || !fast_nodes.contains(&e.node()) {
+            return;
+        }
+        let item = Reverse((HeatOrd(heat), e.key()));
+        if kept.len() < n {
+            kept.push(item);
+        } else if kept.peek().is_some_and(|coldest| item < *coldest) {
+            kept.pop();
+            kept.push(item);
         }
     });
-    if believed.len() > n {
-        believed.select_nth_unstable_by(n, |a, b| b.1.total_cmp(&a.1));
-        believed.truncate(n);
-    }
-    let mut keys: Vec<PageKey> = believed.into_iter().map(|(k, _)| k).collect();
+    let mut keys: Vec<PageKey> = kept.into_iter().map(|Reverse((_, k))| k).collect();
     keys.sort_unstable();
     keys
+}
+
+/// A heat with a total order (`f64::total_cmp`), for the heap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeatOrd(f64);
+
+impl Eq for HeatOrd {}
+
+impl PartialOrd for HeatOrd {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for HeatOrd {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
 }
 
 #[cfg(test)]
