@@ -148,6 +148,7 @@ damon_on() {
 # pghotd_start ARGS...: runs pghotd with ARGS plus the common ones in the background; sets
 # pghotd_sub (the subshell, whose `times` is pghotd's CPU) and pghotd_pid.
 pghotd_start() {
+	[ -z "$RIG_RATE_LIMIT_MBPS" ] || set -- "$@" --promote-rate-limit-MBps "$RIG_RATE_LIMIT_MBPS"
 	# shellcheck disable=SC2086
 	(
 		/bin/pghotd "$@" --freq-threshold "$RIG_FREQ_THRESHOLD" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
@@ -299,6 +300,7 @@ RIG_THREADS=1
 RIG_REPORT_MS=250
 RIG_SAMPLE_PERIOD=100
 RIG_FREQ_THRESHOLD=2
+RIG_RATE_LIMIT_MBPS=
 RIG_DAMON_QUOTA_MB=128
 RIG_DAMON_MAX_REGIONS=1000
 RIG_DAMON_RESET_MS=1000
@@ -342,6 +344,10 @@ fi
 # --- scenario set-up before the workload --------------------------------------------------
 if [ "$scenario" = numab2 ]; then
 	echo 2 > /proc/sys/kernel/numa_balancing || err "cannot set kernel.numa_balancing=2"
+	if [ -n "$RIG_RATE_LIMIT_MBPS" ]; then
+		echo "$RIG_RATE_LIMIT_MBPS" > /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps ||
+			err "cannot set kernel.numa_balancing_promote_rate_limit_MBps=$RIG_RATE_LIMIT_MBPS"
+	fi
 	hot=$(cat /sys/kernel/debug/sched/numa_balancing/hot_threshold_ms 2>/dev/null || echo -)
 	info "numa_balancing=$(cat /proc/sys/kernel/numa_balancing) promote_rate_limit_MBps=$(cat /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps 2>/dev/null) hot_threshold_ms=$hot"
 else

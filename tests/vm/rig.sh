@@ -46,6 +46,9 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --workload-args STR extra pghot-workload arguments (word-split in the guest)
   --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
   --freq-threshold N  pghotd --freq-threshold for the pghotd-* scenarios (default 1, the seed's)
+  --rate-limit-mbps N one promotion rate limit for both promoters, per destination node as in
+                      the kernel: numab2's kernel.numa_balancing_promote_rate_limit_MBps and
+                      pghotd's --promote-rate-limit-MBps (default: each its own default)
   --damon-quota-mb N  DAMON migrate_hot size quota per reset interval (default 128)
   --damon-reset-ms N  DAMON quota reset interval (default 1000)
   --damon-max-regions N  DAMON nr_regions/max (default 1000, the sysfs default)
@@ -80,6 +83,7 @@ sample_period=100
 # The seed's benchmarks all run pghot with freq_threshold=1 ("promote on 1st access, like
 # NUMAB2"); pghotd's own default is 2.
 freq_threshold=1
+rate_limit_mbps=
 damon_quota_mb=128
 damon_reset_ms=1000
 damon_max_regions=1000
@@ -104,6 +108,7 @@ while [ $# -gt 0 ]; do
 	--workload-args) need_arg "$@"; workload_args=$2; shift ;;
 	--sample-period) need_arg "$@"; sample_period=$2; shift ;;
 	--freq-threshold) need_arg "$@"; freq_threshold=$2; shift ;;
+	--rate-limit-mbps) need_arg "$@"; rate_limit_mbps=$2; shift ;;
 	--damon-quota-mb) need_arg "$@"; damon_quota_mb=$2; shift ;;
 	--damon-reset-ms) need_arg "$@"; damon_reset_ms=$2; shift ;;
 	--damon-max-regions) need_arg "$@"; damon_max_regions=$2; shift ;;
@@ -124,6 +129,10 @@ done
 # Run each scenario once, in the order given.
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
 case $softdirty_scope in pid | comm) ;; *) log "--softdirty-scope must be pid or comm, not '$softdirty_scope'"; usage ;; esac
+[ -z "$rate_limit_mbps" ] || { is_uint "$rate_limit_mbps" && [ "$rate_limit_mbps" -gt 0 ]; } || {
+	log "--rate-limit-mbps must be a positive number of MB/s, not '$rate_limit_mbps'"
+	usage
+}
 is_uint "$tlb_flush_ms" || { log "--tlb-flush-ms must be a number of milliseconds, not '$tlb_flush_ms'"; usage; }
 for v in duration sample_period freq_threshold damon_quota_mb damon_reset_ms damon_max_regions; do
 	if ! is_uint "${!v}" || [ "${!v}" -eq 0 ]; then
@@ -193,6 +202,7 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "RIG_PATTERN=$pattern"
 	echo "RIG_SAMPLE_PERIOD=$sample_period"
 	echo "RIG_FREQ_THRESHOLD=$freq_threshold"
+	echo "RIG_RATE_LIMIT_MBPS=$rate_limit_mbps"
 	echo "RIG_DAMON_QUOTA_MB=$damon_quota_mb"
 	echo "RIG_DAMON_RESET_MS=$damon_reset_ms"
 	echo "RIG_DAMON_MAX_REGIONS=$damon_max_regions"
