@@ -56,18 +56,6 @@ impl Watched {
 /// Longest a source sleeps before it looks at the stop token again.
 const STOP_SLICE: Duration = Duration::from_millis(100);
 
-/// Fails the open of a source that watches explicit pids only and was given none.
-pub fn require_pids(name: &'static str, pids: &[u32]) -> Result<(), SourceError> {
-    if pids.is_empty() {
-        return Err(SourceError::NeedsPids {
-            name,
-            what: "explicit pids (--pid or pids in the config); it does not follow cgroups or \
-                   --comm (softdirty does)",
-        });
-    }
-    Ok(())
-}
-
 /// Fails the open when a pid does not exist (now), rather than leaving it to the first pass.
 pub fn require_alive(pids: &[u32]) -> Result<(), SourceError> {
     match pids.iter().find(|&&p| !pid_alive(p)) {
@@ -234,10 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn a_source_without_pids_says_so() {
-        let err = require_pids("softdirty", &[]).unwrap_err().to_string();
-        assert!(err.contains("needs explicit pids (--pid"), "{err}");
-        assert!(require_pids("damon", &[1]).is_ok());
+    fn a_dead_pid_is_named() {
         assert!(require_alive(&[std::process::id()]).is_ok());
         let err = require_alive(&[u32::MAX]).unwrap_err().to_string();
         assert!(err.contains("4294967295"), "{err}");

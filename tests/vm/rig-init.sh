@@ -305,7 +305,7 @@ RIG_DAMON_QUOTA_MB=128
 RIG_DAMON_MAX_REGIONS=1000
 RIG_DAMON_RESET_MS=1000
 RIG_TLB_FLUSH_MS=0
-RIG_SOFTDIRTY_SCOPE=pid
+RIG_SCOPE=pid
 RIG_WORKLOAD_ARGS=
 RIG_PGHOTD_ARGS=
 RIG_HOTPLUG_CYCLES=2
@@ -451,8 +451,8 @@ pghotd-softdirty | pghotd-damon)
 	# Started after the placement, which writes every page: pghotd must see the workload's
 	# accesses, not its first touch. pghotd ends by itself when the workload exits, unless it
 	# follows a scope (an empty one may fill again): then it runs for the workload's duration.
-	if [ "$scenario" = pghotd-softdirty ] && [ "$RIG_SOFTDIRTY_SCOPE" = comm ]; then
-		pghotd_start --source softdirty --comm '^pghot-workload$' --duration "$RIG_DURATION"
+	if [ "$RIG_SCOPE" = comm ]; then
+		pghotd_start --source "${scenario#pghotd-}" --comm '^pghot-workload$' --duration "$RIG_DURATION"
 	else
 		pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
 	fi

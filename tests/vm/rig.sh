@@ -58,10 +58,10 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --kernel-args STR   extra guest kernel command-line arguments (e.g. loglevel=7)
   --cpu MODEL         QEMU -cpu for the guest (default max,-erms,-fsrm: see tests/vm/lib.sh;
                       `max` is the issue's recipe, with page copies 2.5 times slower)
-  --softdirty-scope pid|comm
-                      pghotd-softdirty selects the workload by --pid (default) or by
-                      --comm '^pghot-workload$' (a followed scope; pghotd then runs for the
-                      workload's duration, as such a scope does not end with its processes)
+  --scope pid|comm    pghotd-softdirty and pghotd-damon select the workload by --pid (default)
+                      or by --comm '^pghot-workload$' (a followed scope; pghotd then runs for
+                      the workload's duration, as such a scope does not end with its
+                      processes); --softdirty-scope is the same option's older name
   -v, --verbose       stream each guest's console to stderr
 Environment: CARGO_TARGET_DIR (cargo's, default target/), PGHOT_VM_VMLINUZ + PGHOT_VM_BUSYBOX
 (skip fetch-guest.sh), PGHOT_VM_TIMEOUT (seconds per guest, default 3 x duration + 180).
@@ -88,7 +88,7 @@ damon_quota_mb=128
 damon_reset_ms=1000
 damon_max_regions=1000
 tlb_flush_ms=0
-softdirty_scope=pid
+scope=pid
 kernel_args=
 verbose=0
 scenarios=()
@@ -115,7 +115,7 @@ while [ $# -gt 0 ]; do
 	--tlb-flush-ms) need_arg "$@"; tlb_flush_ms=$2; shift ;;
 	--kernel-args) need_arg "$@"; kernel_args=$2; shift ;;
 	--cpu) need_arg "$@"; PGHOT_VM_CPU=$2; shift ;;
-	--softdirty-scope) need_arg "$@"; softdirty_scope=$2; shift ;;
+	--scope | --softdirty-scope) need_arg "$@"; scope=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
@@ -128,7 +128,7 @@ done
 [ ${#scenarios[@]} -gt 0 ] || usage
 # Run each scenario once, in the order given.
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
-case $softdirty_scope in pid | comm) ;; *) log "--softdirty-scope must be pid or comm, not '$softdirty_scope'"; usage ;; esac
+case $scope in pid | comm) ;; *) log "--scope must be pid or comm, not '$scope'"; usage ;; esac
 [ -z "$rate_limit_mbps" ] || { is_uint "$rate_limit_mbps" && [ "$rate_limit_mbps" -gt 0 ]; } || {
 	log "--rate-limit-mbps must be a positive number of MB/s, not '$rate_limit_mbps'"
 	usage
@@ -207,7 +207,7 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "RIG_DAMON_RESET_MS=$damon_reset_ms"
 	echo "RIG_DAMON_MAX_REGIONS=$damon_max_regions"
 	echo "RIG_TLB_FLUSH_MS=$tlb_flush_ms"
-	echo "RIG_SOFTDIRTY_SCOPE=$softdirty_scope"
+	echo "RIG_SCOPE=$scope"
 	echo "RIG_PGHOTD_ARGS=$(sq "$pghotd_args")"
 	echo "RIG_WORKLOAD_ARGS=$(sq "$workload_args")"
 } > "$root/etc/pghot-rig.conf"

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use sysfs::{Admin, Kdamond, KdamondSpec, Region};
 
-use super::procpid::{self, ManagedPids};
+use super::procpid::{self, ManagedPids, Watched};
 use super::{AccessOp, OpenContext, SinkFactory, Source, SourceError, SourceKind, StopToken};
 use crate::stats::Counter;
 
@@ -129,40 +129,131 @@ pub fn credit(
     }
 }
 
-/// The DAMON source over a fixed set of pids.
+/// Most processes one kdamond watches: one target and one scheme each, and every snapshot
+/// reads every scheme's regions. Beyond it, a followed scope's lowest pids are watched.
+pub const MAX_TARGETS: usize = 64;
+
+/// How often a followed scope's membership is compared with the kdamond's targets: a change
+/// restarts the kdamond, whose regions then take a few aggregation intervals to form.
+const RETARGET_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The DAMON source over explicit pids (it ends when they have all exited) or a followed
+/// scope (the kdamond is re-targeted as processes join and leave; an empty scope idles).
 pub struct DamonSource {
-    pids: Vec<u32>,
+    watched: Watched,
     config: DamonConfig,
     admin: Admin,
     run_dir: PathBuf,
 }
 
 impl DamonSource {
-    /// Checks pids and DAMON's sysfs interface; the kdamond is claimed when the source runs.
+    /// Checks the selection and DAMON's sysfs interface; the kdamond is claimed when the
+    /// source runs.
     pub fn open(ctx: &OpenContext) -> Result<Self, SourceError> {
-        procpid::require_pids("damon", &ctx.pids)?;
-        procpid::require_alive(&ctx.pids)?;
+        let watched = Watched::from_context("damon", ctx)?;
         let admin = Admin::open(&ctx.sysfs_root)?;
         // Fail at start, not in the source thread, when every kdamond is someone else's.
         sysfs::recover(&admin, &ctx.run_dir)?;
         admin.find_free()?;
         Ok(DamonSource {
-            pids: ctx.pids.clone(),
+            watched,
             config: ctx.damon,
             admin,
             run_dir: ctx.run_dir.clone(),
         })
     }
 
-    fn spec(&self) -> KdamondSpec {
+    fn spec(&self, pids: &[u32]) -> KdamondSpec {
         let c = self.config;
         KdamondSpec {
-            pids: self.pids.clone(),
+            pids: pids.to_vec(),
             sample_us: u64::from(c.sample_us),
             aggr_us: u64::from(c.aggr_us),
             update_us: UPDATE_US.max(u64::from(c.aggr_us)),
             min_regions: u64::from(c.min_regions),
             max_regions: u64::from(c.max_regions),
+        }
+    }
+}
+
+/// Who the kdamond should watch now.
+enum Want {
+    /// These pids (sorted, at most [`MAX_TARGETS`]).
+    Pids(Vec<u32>),
+    /// Nobody for now: a followed scope with no members.
+    Idle,
+    /// Every explicit pid has exited: the source ends.
+    Done,
+}
+
+/// The processes to watch, tracked across snapshots.
+enum Selection {
+    Explicit(ManagedPids),
+    Followed {
+        scope: std::sync::Arc<crate::scope::Scope>,
+        /// When the scope was last compared with the targets.
+        checked: Option<std::time::Instant>,
+        /// Whether "more members than MAX_TARGETS" was logged.
+        warned: bool,
+    },
+}
+
+impl Selection {
+    fn new(watched: &Watched) -> Selection {
+        match watched {
+            Watched::Pids(pids) => Selection::Explicit(ManagedPids::new("damon", pids)),
+            Watched::Scope(scope) => Selection::Followed {
+                scope: std::sync::Arc::clone(scope),
+                checked: None,
+                warned: false,
+            },
+        }
+    }
+
+    /// Who to watch, or `None` when a followed scope is not due for a look (`targets` stay).
+    fn want(&mut self, sink: &mut dyn super::SampleSink, targets: &[u32]) -> Option<Want> {
+        match self {
+            Selection::Explicit(pids) => {
+                pids.reap(sink);
+                Some(if pids.is_empty() {
+                    Want::Done
+                } else {
+                    Want::Pids(pids.pids().to_vec())
+                })
+            }
+            Selection::Followed {
+                scope,
+                checked,
+                warned,
+            } => {
+                let now = std::time::Instant::now();
+                if checked.is_some_and(|t| now.duration_since(t) < RETARGET_EVERY)
+                    && !targets.is_empty()
+                {
+                    return None;
+                }
+                *checked = Some(now);
+                // The tracker drops exited processes at its own pace; a dead pid cannot be a
+                // DAMON target.
+                let mut members = scope.members();
+                members.retain(|&p| procpid::pid_alive(p));
+                if members.len() > MAX_TARGETS {
+                    if !*warned {
+                        tracing::warn!(
+                            "damon: {} processes in scope; one kdamond watches the {MAX_TARGETS} \
+                             lowest pids",
+                            members.len()
+                        );
+                        *warned = true;
+                    }
+                    members.truncate(MAX_TARGETS);
+                }
+                Some(if members.is_empty() {
+                    Want::Idle
+                } else {
+                    Want::Pids(members)
+                })
+            }
         }
     }
 }
@@ -175,63 +266,99 @@ impl Source for DamonSource {
     fn describe(&self) -> String {
         let c = self.config;
         format!(
-            "damon (pids {:?}, sample {} us, aggr {} us, regions {}..{}, at most {} samples per snapshot)",
-            self.pids, c.sample_us, c.aggr_us, c.min_regions, c.max_regions, c.max_samples
+            "damon ({}, sample {} us, aggr {} us, regions {}..{}, at most {} samples per snapshot)",
+            self.watched.describe(),
+            c.sample_us,
+            c.aggr_us,
+            c.min_regions,
+            c.max_regions,
+            c.max_samples
         )
     }
 
     fn run(&mut self, sinks: &dyn SinkFactory, stop: &StopToken) -> Result<(), SourceError> {
         let mut sink = sinks.sink();
-        let mut kdamond = Kdamond::claim(self.admin.clone(), &self.run_dir, &self.spec())?;
-        kdamond.start()?;
-        tracing::info!(
-            "damon: kdamond {} (thread pid {}) watches pids {:?}",
-            kdamond.index(),
-            kdamond
-                .thread_pid()
-                .map_or_else(|| "-".to_string(), |p| p.to_string()),
-            self.pids
-        );
-        let mut pids = ManagedPids::new("damon", &self.pids);
+        let mut selection = Selection::new(&self.watched);
+        // Claimed (and configured, which checks vaddr support) at once, even for a scope that
+        // is empty yet; started and re-targeted as the selection changes. `targets` is what
+        // it watches now (empty: off).
+        let mut kdamond = Kdamond::claim(self.admin.clone(), &self.run_dir, &self.spec(&[]))?;
+        let mut targets: Vec<u32> = Vec::new();
         let max_nr = self.config.max_nr_accesses();
         let cap = self.config.max_samples as usize;
-        let mut regions: Vec<Vec<Region>> = vec![Vec::new(); self.pids.len()];
+        let mut regions: Vec<Vec<Region>> = Vec::new();
         let mut pages = Vec::with_capacity(cap);
         let mut snapshot: u64 = 0;
         while !stop.is_stopped() {
-            pids.reap(sink.as_mut());
-            if pids.is_empty() {
-                tracing::info!("damon: every managed pid has exited; source ends");
-                break;
+            match selection.want(sink.as_mut(), &targets) {
+                None => {}
+                Some(Want::Done) => {
+                    tracing::info!("damon: every managed pid has exited; source ends");
+                    break;
+                }
+                Some(Want::Idle) if !targets.is_empty() => {
+                    tracing::info!("damon: no process in scope; kdamond off until one comes");
+                    kdamond.stop()?;
+                    targets.clear();
+                }
+                Some(Want::Idle) => {}
+                Some(Want::Pids(want)) if want != targets => {
+                    if let Err(e) = kdamond.retarget(&self.spec(&want)) {
+                        // A pid that exits between the look and the start fails the start:
+                        // look again. Anything else is DAMON's refusal.
+                        if want.iter().all(|&p| procpid::pid_alive(p)) {
+                            return Err(e);
+                        }
+                        tracing::debug!("damon: a target exited while starting: {e}");
+                        targets.clear();
+                        continue;
+                    }
+                    tracing::info!(
+                        "damon: kdamond {} (thread pid {}) watches pids {want:?}",
+                        kdamond.index(),
+                        kdamond
+                            .thread_pid()
+                            .map_or_else(|| "-".to_string(), |p| p.to_string()),
+                    );
+                    targets = want;
+                    regions.resize_with(targets.len(), Vec::new);
+                }
+                Some(Want::Pids(_)) => {}
+            }
+            if targets.is_empty() {
+                // Idle (an empty scope): look again at the next membership check.
+                procpid::wait_until(std::time::Instant::now() + RETARGET_EVERY, stop);
+                continue;
             }
             if let Err(e) = kdamond.update_snapshot() {
                 if stop.is_stopped() {
                     break;
                 }
                 if !kdamond.is_on() {
-                    // vaddr kdamonds stop by themselves once every target is gone.
-                    pids.reap(sink.as_mut());
-                    if pids.is_empty() {
-                        continue;
+                    // A vaddr kdamond stops by itself once every target is gone: look at the
+                    // selection again (explicit pids end the source, a scope re-targets).
+                    tracing::debug!("damon: kdamond {} stopped: {e}", kdamond.index());
+                    targets.clear();
+                    if matches!(selection, Selection::Explicit(_)) {
+                        if let Some(Want::Pids(left)) = selection.want(sink.as_mut(), &targets) {
+                            return Err(SourceError::Damon(format!(
+                                "kdamond {} stopped while pids {left:?} still run: {e}",
+                                kdamond.index()
+                            )));
+                        }
+                        break;
                     }
-                    return Err(SourceError::Damon(format!(
-                        "kdamond {} stopped while pids {:?} still run: {e}",
-                        kdamond.index(),
-                        pids.pids()
-                    )));
+                    continue;
                 }
                 return Err(e);
             }
             snapshot += 1;
             sink.count(Counter::DamonSnapshots, 1);
             let mut total = 0.0;
-            for (i, pid) in self.pids.iter().enumerate() {
-                regions[i].clear();
-                if pids.pids().contains(pid) {
-                    kdamond.read_regions(i, &mut regions[i])?;
-                    sink.count(Counter::DamonRegionsSeen, regions[i].len() as u64);
-                    total += expected_credits(&regions[i], max_nr);
-                }
+            for (i, r) in regions.iter_mut().enumerate() {
+                kdamond.read_regions(i, r)?;
+                sink.count(Counter::DamonRegionsSeen, r.len() as u64);
+                total += expected_credits(r, max_nr);
             }
             let scale = if total > cap as f64 {
                 sink.count(Counter::DamonCreditsCapped, (total - cap as f64) as u64);
@@ -240,13 +367,13 @@ impl Source for DamonSource {
                 1.0
             };
             let mut emitted = 0;
-            for (i, &pid) in self.pids.iter().enumerate() {
-                if regions[i].is_empty() {
+            for (r, &pid) in regions.iter().zip(&targets) {
+                if r.is_empty() {
                     continue;
                 }
                 pages.clear();
                 let seed = mix(snapshot ^ (u64::from(pid) << 32));
-                credit(&regions[i], max_nr, scale, seed, cap - emitted, &mut pages);
+                credit(r, max_nr, scale, seed, cap - emitted, &mut pages);
                 emitted += pages.len();
                 procpid::emit_pages(
                     sink.as_mut(),

@@ -193,6 +193,8 @@ impl StateFile {
             match line.split_once('=')? {
                 ("pghotd_pid", v) => pghotd_pid = v.parse().ok(),
                 ("kdamond", v) => kdamond = v.parse().ok(),
+                // Empty: claimed while a followed scope had no process.
+                ("pids", "") => pids = Some(Vec::new()),
                 ("pids", v) => {
                     pids = v
                         .split(',')
@@ -287,23 +289,46 @@ impl Kdamond {
         recover(&admin, run_dir)?;
         let index = admin.free_index()?;
         std::fs::create_dir_all(run_dir).map_err(io("creating", run_dir))?;
-        let state_file = StateFile::path(run_dir, index);
-        let state = StateFile {
-            pghotd_pid: std::process::id(),
-            kdamond: index,
-            pids: spec.pids.clone(),
-        };
-        crate::safefs::create_private(&state_file)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, state.render().as_bytes()))
-            .map_err(io("writing", &state_file))?;
         let kdamond = Kdamond {
             admin,
             index,
-            state_file,
+            state_file: StateFile::path(run_dir, index),
             released: false,
         };
+        kdamond.write_state(&spec.pids)?;
         kdamond.configure(spec)?;
         Ok(kdamond)
+    }
+
+    /// Names this kdamond and the pids it watches in the state file crash recovery reads.
+    fn write_state(&self, pids: &[u32]) -> Result<(), SourceError> {
+        let state = StateFile {
+            pghotd_pid: std::process::id(),
+            kdamond: self.index,
+            pids: pids.to_vec(),
+        };
+        crate::safefs::create_private(&self.state_file)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, state.render().as_bytes()))
+            .map_err(io("writing", &self.state_file))
+    }
+
+    /// Watches `spec.pids` from now on: turns the kdamond off, rewrites its state file, targets
+    /// and schemes, and starts it again. DAMON builds its regions anew. A crash between the
+    /// state file and the targets leaves a kdamond recovery does not recognize, so it leaves
+    /// it alone (it never turns off what it cannot prove is pghotd's).
+    pub fn retarget(&self, spec: &KdamondSpec) -> Result<(), SourceError> {
+        self.stop()?;
+        self.write_state(&spec.pids)?;
+        self.configure(spec)?;
+        self.start()
+    }
+
+    /// Turns the kdamond off but keeps it (and its index) claimed.
+    pub fn stop(&self) -> Result<(), SourceError> {
+        if self.admin.read(&format!("{}/state", self.index))? == "on" {
+            self.admin.write(&format!("{}/state", self.index), "off")?;
+        }
+        Ok(())
     }
 
     pub fn index(&self) -> u32 {
@@ -367,7 +392,9 @@ impl Kdamond {
             a.write(&format!("{p}/nr_accesses/max"), U32_MAX)?;
             a.write(&format!("{p}/age/min"), "0")?;
             a.write(&format!("{p}/age/max"), U32_MAX)?;
-            if n > 1 {
+            if n == 1 {
+                a.write(&format!("{s}/filters/nr_filters"), "0")?;
+            } else {
                 a.write(&format!("{s}/filters/nr_filters"), "1")?;
                 a.write(&format!("{s}/filters/0/type"), "target")?;
                 a.write(&format!("{s}/filters/0/damon_target_idx"), &i.to_string())?;
@@ -795,6 +822,66 @@ mod tests {
             pids: vec![4, 5],
         };
         assert_eq!(StateFile::parse(&s.render()), Some(s));
+        // A kdamond claimed while a followed scope was empty.
+        let idle = StateFile {
+            pghotd_pid: 12,
+            kdamond: 0,
+            pids: vec![],
+        };
+        assert_eq!(StateFile::parse(&idle.render()), Some(idle));
         assert_eq!(StateFile::parse("kdamond=1\n"), None);
+        assert_eq!(
+            StateFile::parse("pghotd_pid=1\nkdamond=1\npids=4,x\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn retarget_restarts_the_kdamond_on_the_new_pids_and_its_state_file_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path();
+        fixture::tree(sysfs, 1, 3);
+        let run = dir.path().join("run");
+        let admin = Admin::open(sysfs).unwrap();
+        // Claimed for an empty scope: configured, no targets, off.
+        let mut k = Kdamond::claim(admin.clone(), &run, &spec(&[])).unwrap();
+        let c = "0/contexts/0";
+        assert_eq!(read(sysfs, &format!("{c}/targets/nr_targets")), "0");
+        assert_eq!(read(sysfs, &format!("{c}/schemes/nr_schemes")), "0");
+        assert!(!k.is_on());
+        let state = || std::fs::read_to_string(run.join("damon-kdamond-0")).unwrap();
+        assert!(state().contains("pids=\n"), "{}", state());
+
+        k.retarget(&spec(&[42, 43, 44])).unwrap();
+        assert!(k.is_on());
+        assert_eq!(read(sysfs, &format!("{c}/targets/nr_targets")), "3");
+        assert_eq!(read(sysfs, &format!("{c}/targets/2/pid_target")), "44");
+        assert_eq!(read(sysfs, &format!("{c}/schemes/nr_schemes")), "3");
+        assert_eq!(
+            read(sysfs, &format!("{c}/schemes/1/filters/nr_filters")),
+            "1"
+        );
+        assert!(state().contains("pids=42,43,44"), "{}", state());
+
+        // Down to one pid: one scheme, which needs no target filter.
+        k.retarget(&spec(&[43])).unwrap();
+        assert!(k.is_on());
+        assert_eq!(read(sysfs, &format!("{c}/targets/nr_targets")), "1");
+        assert_eq!(read(sysfs, &format!("{c}/targets/0/pid_target")), "43");
+        assert_eq!(read(sysfs, &format!("{c}/schemes/nr_schemes")), "1");
+        assert_eq!(
+            read(sysfs, &format!("{c}/schemes/0/filters/nr_filters")),
+            "0"
+        );
+        assert!(state().contains("pids=43\n"), "{}", state());
+        // A crashed run's re-targeted kdamond is still recognized as pghotd's.
+        assert!(admin.looks_like_ours(0, &[43]));
+
+        // Stopped (the scope emptied): off but still claimed.
+        k.stop().unwrap();
+        assert!(!k.is_on());
+        assert_eq!(read(sysfs, "0/contexts/nr_contexts"), "1");
+        k.release().unwrap();
+        assert_eq!(read(sysfs, "0/contexts/nr_contexts"), "0");
     }
 }
