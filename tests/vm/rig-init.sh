@@ -451,8 +451,18 @@ pghotd-softdirty | pghotd-damon)
 	# Started after the placement, which writes every page: pghotd must see the workload's
 	# accesses, not its first touch. pghotd ends by itself when the workload exits, unless it
 	# follows a scope (an empty one may fill again): then it runs for the workload's duration.
-	if [ "$RIG_SCOPE" = comm ]; then
+	if [ "$RIG_SCOPE" != pid ]; then
 		pghotd_start --source "${scenario#pghotd-}" --comm '^pghot-workload$' --duration "$RIG_DURATION"
+		if [ "$RIG_SCOPE" = churn ]; then
+			# A second process in scope for 3 s (its output is not the run's): pghotd must take
+			# it in and let it go, and keep following the first.
+			(
+				sleep 2
+				info "churn: a second pghot-workload joins the scope for 3 s"
+				/bin/pghot-workload --size-mb 16 --hot-mb 4 --pattern hot-scattered --node "$RIG_NODE" --duration 3 > /dev/null 2>&1
+				info "churn: the second pghot-workload left the scope (exit $?)"
+			) &
+		fi
 	else
 		pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
 	fi

@@ -58,10 +58,12 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --kernel-args STR   extra guest kernel command-line arguments (e.g. loglevel=7)
   --cpu MODEL         QEMU -cpu for the guest (default max,-erms,-fsrm: see tests/vm/lib.sh;
                       `max` is the issue's recipe, with page copies 2.5 times slower)
-  --scope pid|comm    pghotd-softdirty and pghotd-damon select the workload by --pid (default)
+  --scope pid|comm|churn
+                      pghotd-softdirty and pghotd-damon select the workload by --pid (default)
                       or by --comm '^pghot-workload$' (a followed scope; pghotd then runs for
                       the workload's duration, as such a scope does not end with its
-                      processes); --softdirty-scope is the same option's older name
+                      processes); churn: comm, and a second small pghot-workload joins the
+                      scope 2 s in and leaves 3 s later; --softdirty-scope is an older name
   -v, --verbose       stream each guest's console to stderr
 Environment: CARGO_TARGET_DIR (cargo's, default target/), PGHOT_VM_VMLINUZ + PGHOT_VM_BUSYBOX
 (skip fetch-guest.sh), PGHOT_VM_TIMEOUT (seconds per guest, default 3 x duration + 180).
@@ -128,7 +130,7 @@ done
 [ ${#scenarios[@]} -gt 0 ] || usage
 # Run each scenario once, in the order given.
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
-case $scope in pid | comm) ;; *) log "--scope must be pid or comm, not '$scope'"; usage ;; esac
+case $scope in pid | comm | churn) ;; *) log "--scope must be pid, comm or churn, not '$scope'"; usage ;; esac
 [ -z "$rate_limit_mbps" ] || { is_uint "$rate_limit_mbps" && [ "$rate_limit_mbps" -gt 0 ]; } || {
 	log "--rate-limit-mbps must be a positive number of MB/s, not '$rate_limit_mbps'"
 	usage
