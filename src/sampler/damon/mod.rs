@@ -23,6 +23,8 @@
 pub mod sysfs;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sysfs::{Admin, Kdamond, KdamondSpec, Region};
 
@@ -135,7 +137,7 @@ pub const MAX_TARGETS: usize = 64;
 
 /// How often a followed scope's membership is compared with the kdamond's targets: a change
 /// restarts the kdamond, whose regions then take a few aggregation intervals to form.
-const RETARGET_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+const RETARGET_EVERY: Duration = Duration::from_secs(1);
 
 /// The DAMON source over explicit pids (it ends when they have all exited) or a followed
 /// scope (the kdamond is re-targeted as processes join and leave; an empty scope idles).
@@ -190,9 +192,9 @@ enum Want {
 enum Selection {
     Explicit(ManagedPids),
     Followed {
-        scope: std::sync::Arc<crate::scope::Scope>,
+        scope: Arc<crate::scope::Scope>,
         /// When the scope was last compared with the targets.
-        checked: Option<std::time::Instant>,
+        checked: Option<Instant>,
         /// Whether "more members than MAX_TARGETS" was logged.
         warned: bool,
     },
@@ -203,7 +205,7 @@ impl Selection {
         match watched {
             Watched::Pids(pids) => Selection::Explicit(ManagedPids::new("damon", pids)),
             Watched::Scope(scope) => Selection::Followed {
-                scope: std::sync::Arc::clone(scope),
+                scope: Arc::clone(scope),
                 checked: None,
                 warned: false,
             },
@@ -226,7 +228,7 @@ impl Selection {
                 checked,
                 warned,
             } => {
-                let now = std::time::Instant::now();
+                let now = Instant::now();
                 if checked.is_some_and(|t| now.duration_since(t) < RETARGET_EVERY)
                     && !targets.is_empty()
                 {
@@ -327,7 +329,7 @@ impl Source for DamonSource {
             }
             if targets.is_empty() {
                 // Idle (an empty scope): look again at the next membership check.
-                procpid::wait_until(std::time::Instant::now() + RETARGET_EVERY, stop);
+                procpid::wait_until(Instant::now() + RETARGET_EVERY, stop);
                 continue;
             }
             if let Err(e) = kdamond.update_snapshot() {
