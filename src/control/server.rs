@@ -72,10 +72,29 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
 
 /// The gid of the `pghot` group, if it exists.
 pub fn control_gid() -> Option<u32> {
+    // A statically linked glibc cannot load NSS modules: getgrnam dlopens the ones
+    // nsswitch.conf names (libnss_systemd on most hosts), which pulls a second libc into the
+    // process and crashes it. Static builds (the QEMU rig's) read /etc/group themselves.
+    if cfg!(target_feature = "crt-static") {
+        return std::fs::read_to_string("/etc/group")
+            .ok()
+            .and_then(|text| gid_in_group_file(&text, CONTROL_GROUP));
+    }
     nix::unistd::Group::from_name(CONTROL_GROUP)
         .ok()
         .flatten()
         .map(|g| g.gid.as_raw())
+}
+
+/// The gid of group `name` in the text of an /etc/group file (`name:password:gid:members`).
+fn gid_in_group_file(text: &str, name: &str) -> Option<u32> {
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        if fields.next()? != name {
+            return None;
+        }
+        fields.nth(1)?.parse().ok()
+    })
 }
 
 /// Who is on the other end of a connection.
@@ -469,4 +488,19 @@ fn client_gone(stream: &UnixStream) -> bool {
         nix::sys::socket::recv(stream.as_raw_fd(), &mut byte, flags),
         Ok(0) | Err(nix::errno::Errno::ECONNRESET)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_file_gives_the_gid_of_the_named_group_only() {
+        let text = "root:x:0:\npghotd:x:998:\npghot:x:997:alice,bob\nbroken\n";
+        assert_eq!(gid_in_group_file(text, "pghot"), Some(997));
+        assert_eq!(gid_in_group_file(text, "root"), Some(0));
+        assert_eq!(gid_in_group_file(text, "pgho"), None);
+        assert_eq!(gid_in_group_file("pghot:x:many:\n", "pghot"), None);
+        assert_eq!(gid_in_group_file("pghot\n", "pghot"), None);
+    }
 }
