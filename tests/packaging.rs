@@ -49,6 +49,7 @@ fn the_shipped_config_parses_and_its_comments_are_the_defaults() {
         "pid_namespace_of",
         "ibs.l3miss_only",
         "ibs.ldlat",
+        "admission.sample_period",
     ];
     for (key, _) in Config::default().values() {
         if no_default.contains(&key) {

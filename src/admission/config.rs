@@ -8,7 +8,8 @@
 //! split_heat_density_pct = 75   # tau: share of hot subpages a chosen subfolio needs
 //! split_min_samples = 64        # samples a histogram needs before it is trusted
 //! split_contention_MBps = 0     # split only at or above this slow-tier bandwidth (0: always)
-//! sample_period = 100           # accesses one sample stands for (bandwidth estimate)
+//! sample_period = 100           # accesses one sample stands for (bandwidth estimate);
+//!                               # unset: the perf sources' own period, 1 for the others
 //! full_duplex_nodes = [2]       # lower-tier nodes on a full-duplex link (CXL)
 //! duplex_dominant_pct = 70      # share of loads (stores) that makes traffic read (write) dominant
 //! duplex_write_heavy_pct = 50   # write ratio at or above which a page is write-heavy
@@ -33,7 +34,9 @@ pub struct AdmissionConfig {
     pub split_heat_density_pct: u8,
     pub split_min_samples: u32,
     pub split_contention_mbps: u64,
-    pub sample_period: u64,
+    /// Events one sample stands for in the bandwidth estimate; `None`: what the source says
+    /// (the perf sources' sampling period, live), else 1.
+    pub sample_period: Option<u64>,
     pub full_duplex_nodes: Vec<NodeId>,
     pub duplex_dominant_pct: u8,
     pub duplex_write_heavy_pct: u8,
@@ -49,7 +52,7 @@ impl Default for AdmissionConfig {
             split_heat_density_pct: 75,
             split_min_samples: 64,
             split_contention_mbps: 0,
-            sample_period: 1,
+            sample_period: None,
             full_duplex_nodes: Vec::new(),
             duplex_dominant_pct: 70,
             duplex_write_heavy_pct: 50,
@@ -177,7 +180,8 @@ pub struct AdmissionArgs {
     /// [default: 0].
     #[arg(long = "split-contention-MBps", value_name = "MBPS")]
     pub split_contention_mbps: Option<i64>,
-    /// Accesses one sample stands for, for the bandwidth estimate [default: 1].
+    /// Accesses one sample stands for, for the bandwidth estimate [default: the perf
+    /// sources' own sampling period, followed live; 1 for the other sources].
     #[arg(long = "admission-sample-period", value_name = "N")]
     pub sample_period: Option<i64>,
     /// A lower-tier node on a full-duplex link (CXL); repeat for several.
@@ -321,7 +325,7 @@ impl AdmissionConfig {
             self.split_contention_mbps = n as u64;
         }
         if let Some(n) = period {
-            self.sample_period = n as u64;
+            self.sample_period = Some(n as u64);
         }
         if let Some(n) = dominant {
             self.duplex_dominant_pct = n as u8;

@@ -115,6 +115,7 @@ impl Admission {
             counts: vec![(0, 0); self.traffic.len()],
             filter_updates: 0,
             span_ns: (u64::MAX, 0),
+            source_period: 1,
         }
     }
 
@@ -238,6 +239,8 @@ pub struct LocalAdmission {
     filter_updates: u64,
     /// Sample times of the first and last sample since the last flush.
     span_ns: (u64, u64),
+    /// Events one sample stands for, as the source says (1 until it does).
+    source_period: u64,
 }
 
 impl LocalAdmission {
@@ -265,6 +268,11 @@ impl LocalAdmission {
         }
     }
 
+    /// The source's sampling period, for the samples from now on (call after a flush).
+    pub fn set_source_period(&mut self, period: u64) {
+        self.source_period = period.max(1);
+    }
+
     /// Folds everything into the shared state.
     pub fn flush(&mut self, admission: &Admission) {
         self.hist.fold();
@@ -272,7 +280,8 @@ impl LocalAdmission {
         let dominant = f64::from(cfg.duplex_dominant_pct) / 100.0;
         for (node, c) in self.counts.iter_mut().enumerate() {
             if *c != (0, 0) {
-                admission.traffic[node].add(c.0, c.1, self.span_ns, cfg.sample_period, dominant);
+                let period = cfg.sample_period.unwrap_or(self.source_period);
+                admission.traffic[node].add(c.0, c.1, self.span_ns, period, dominant);
                 *c = (0, 0);
             }
         }
@@ -436,7 +445,7 @@ mod tests {
         AdmissionConfig {
             split: true,
             full_duplex_nodes: vec![2],
-            sample_period: 100,
+            sample_period: Some(100),
             ..AdmissionConfig::default()
         }
     }

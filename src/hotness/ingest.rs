@@ -509,6 +509,14 @@ impl SampleSink for Recorder {
         }
         self.flush();
     }
+
+    fn set_sample_period(&mut self, period: u64) {
+        if let (Some(local), Some(shared)) = (&mut self.admission, &self.ingest.admission) {
+            // Samples already counted stand for the old period.
+            local.flush(shared);
+            local.set_source_period(period);
+        }
+    }
 }
 
 impl SinkFactory for Arc<Ingest> {
@@ -583,6 +591,50 @@ mod tests {
             latency: None,
             source: SourceKind::Trace,
         }
+    }
+
+    /// MB/s admission estimates on node 2 after 100 samples a second for two seconds, with the
+    /// recorder told `period` by its source and `configured` in the config.
+    fn estimated_mb_per_s(period: Option<u64>, configured: Option<u64>) -> f64 {
+        let (ingest, _stats, _rx) = setup(&[100], None, 1024);
+        let admission = Arc::new(crate::admission::Admission::new(
+            crate::admission::AdmissionConfig {
+                sample_period: configured,
+                ..Default::default()
+            },
+            3,
+        ));
+        let ingest = Arc::new(
+            Arc::try_unwrap(ingest)
+                .ok()
+                .unwrap()
+                .with_admission(Arc::clone(&admission)),
+        );
+        let mut r = ingest.recorder();
+        if let Some(p) = period {
+            r.set_sample_period(p);
+        }
+        for i in 0..201u64 {
+            let mut s = sample(100, 0x10_0000 + i * 4096, Some(2), DataSource::ExtMem);
+            s.time_ns = 1_000_000 + i * 10_000_000;
+            r.record(&s);
+        }
+        r.flush();
+        admission.traffic(2).unwrap().mb_per_s
+    }
+
+    #[test]
+    fn admission_counts_each_sample_as_its_sources_period_unless_configured() {
+        // 100 samples/s x 64 B = 6400 B/s per event a sample stands for.
+        let per_event = 100.0 * 64.0 / (1 << 20) as f64;
+        let near =
+            |got: f64, events: f64| (got - per_event * events).abs() < 0.01 * per_event * events;
+        let alone = estimated_mb_per_s(None, None);
+        assert!(near(alone, 1.0), "{alone}");
+        let ibs = estimated_mb_per_s(Some(10_000), None);
+        assert!(near(ibs, 10_000.0), "{ibs}");
+        let configured = estimated_mb_per_s(Some(10_000), Some(100));
+        assert!(near(configured, 100.0), "{configured}");
     }
 
     #[test]

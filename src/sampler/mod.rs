@@ -129,6 +129,10 @@ pub trait SampleSink {
     /// The source finished a pass (a scan, a snapshot): settle anything held back for a batch
     /// now rather than with the next pass's samples.
     fn end_batch(&mut self) {}
+    /// How many events one of the samples that follow stands for (the perf sources' sampling
+    /// period, which the adaptive controller may change); admission's bandwidth estimate uses
+    /// it unless `admission.sample_period` is set.
+    fn set_sample_period(&mut self, _period: u64) {}
 }
 
 /// Makes one sink per source thread: a per-CPU sampler runs one thread, and needs one sink, per

@@ -364,6 +364,7 @@ fn run_cpu(
         .events_for(events.cpu)
         .and_then(|specs| specs.iter().find(|e| e.sampling))
         .map_or(0, |e| e.period);
+    sink.set_sample_period(applied);
     loop {
         let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
         let mut fds = [PollFd::new(events.fd(), PollFlags::POLLIN)];
@@ -393,6 +394,7 @@ fn run_cpu(
             }
             // Tried once per change: a period the PMU refuses is not retried every drain.
             applied = wanted;
+            sink.set_sample_period(applied);
         }
     }
 }
