@@ -20,7 +20,9 @@ use crate::sampler::ibs::{CpuModel, IbsInput, IbsOpRaw, classify};
 use crate::sampler::perf::record::{self, Record, SampleFormat};
 use crate::sampler::perf::ring::{Ring, RingWriter};
 use crate::sampler::perf::{CpuReader, PerfPlan};
-use crate::sampler::trace::{MAX_LINE_BYTES, TraceWriter, parse_line, read_line_bounded};
+use crate::sampler::trace::{
+    MAX_LINE_BYTES, TraceWriter, parse_line, parse_sample_period, read_line_bounded,
+};
 use crate::sampler::{Sample, SampleSink, SourceKind};
 use crate::stats::Counter;
 
@@ -150,7 +152,8 @@ pub fn ibs_raw(data: &[u8]) {
 }
 
 /// Trace text: framed by the source's bounded line reader (buffer size from the first byte),
-/// each line parsed; a parsed sample written back by `TraceWriter` parses to the same sample.
+/// each line parsed; a parsed sample (or `# sample_period` line) written back by `TraceWriter`
+/// parses to the same.
 pub fn trace(data: &[u8]) {
     let Some((&cap, text)) = data.split_first() else {
         return;
@@ -164,6 +167,21 @@ pub fn trace(data: &[u8]) {
             continue;
         }
         assert!(line.len() <= MAX_LINE_BYTES && !line.contains(&b'\n'));
+        // A period line round-trips through the writer too.
+        if let Some(Ok(period)) = std::str::from_utf8(&line)
+            .ok()
+            .and_then(parse_sample_period)
+        {
+            let mut writer = TraceWriter::continuing(Vec::new());
+            let _ = writer.write_sample_period(period);
+            let written = String::from_utf8(writer.into_inner()).unwrap_or_default();
+            assert_eq!(
+                parse_sample_period(written.trim_end_matches('\n')),
+                Some(Ok(period)),
+                "period round trip through {written:?}"
+            );
+            continue;
+        }
         let Ok(Some(sample)) = std::str::from_utf8(&line)
             .map(parse_line)
             .unwrap_or(Ok(None))

@@ -368,6 +368,8 @@ pub(crate) mod collect {
     pub(crate) struct Collected {
         pub samples: Vec<Sample>,
         pub counts: Vec<(Counter, u64)>,
+        /// Sample periods the source announced, with how many samples came before each.
+        pub periods: Vec<(usize, u64)>,
     }
 
     impl Collected {
@@ -409,6 +411,11 @@ pub(crate) mod collect {
         }
         fn count(&mut self, counter: Counter, n: u64) {
             self.shared.lock().counts.push((counter, n));
+        }
+        fn set_sample_period(&mut self, period: u64) {
+            let mut shared = self.shared.lock();
+            let before = shared.samples.len();
+            shared.periods.push((before, period));
         }
     }
 

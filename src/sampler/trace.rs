@@ -12,6 +12,11 @@
 //! `l1 l2 l3 peer dram remote extmem unknown`; `node` and `latency` are decimal; `-` marks an
 //! unknown `paddr`, `node` or `latency`. A trace ends at end of file, or for a FIFO or stdin when
 //! every writer has closed it.
+//!
+//! One comment says something: `# sample_period N` (a line of its own, N >= 1) tells how many
+//! accesses each sample after it stands for, as a sampling period does; the reader hands it to
+//! its sink (migration admission's bandwidth estimate uses it). Readers that do not know it
+//! skip it as a comment.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -29,6 +34,9 @@ use crate::topology::NodeId;
 /// Header line the writer puts first; readers treat it as a comment.
 pub const TRACE_HEADER: &str =
     "# pghot-trace v1: time_ns cpu pid tid vaddr paddr op src node [latency]";
+
+/// How a `# sample_period N` line starts.
+pub const SAMPLE_PERIOD_DIRECTIVE: &str = "# sample_period ";
 
 /// Longest line accepted; longer ones are reported and skipped (a FIFO writer that never sends
 /// a newline must not grow our memory).
@@ -58,6 +66,17 @@ pub enum TraceLineError {
     NotUtf8,
     #[error("line is longer than {MAX_LINE_BYTES} bytes")]
     TooLong,
+    #[error("'# sample_period {0}': the period must be a decimal number of at least 1")]
+    SamplePeriod(String),
+}
+
+/// The period a `# sample_period N` line sets; `None` for every other line.
+pub fn parse_sample_period(line: &str) -> Option<Result<u64, TraceLineError>> {
+    let value = line.strip_prefix(SAMPLE_PERIOD_DIRECTIVE)?.trim();
+    Some(match value.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(TraceLineError::SamplePeriod(value.to_string())),
+    })
 }
 
 fn decimal(field: &'static str, value: &str, max: u64) -> Result<u64, TraceLineError> {
@@ -185,6 +204,11 @@ impl<W: Write> TraceWriter<W> {
 
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.out
+    }
+
+    /// Says that each sample from here on stands for `period` accesses.
+    pub fn write_sample_period(&mut self, period: u64) -> io::Result<()> {
+        writeln!(self.out, "{SAMPLE_PERIOD_DIRECTIVE}{period}")
     }
 
     pub fn write_sample(&mut self, s: &Sample) -> io::Result<()> {
@@ -427,6 +451,14 @@ pub(crate) fn read_line_bounded(
 /// Samples per `record_batch` call.
 const BATCH: usize = 32;
 
+/// What one line of a trace holds.
+enum Line {
+    Sample(Sample),
+    SamplePeriod(u64),
+    /// A comment or a blank line.
+    Nothing,
+}
+
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
     bytes.iter().position(|&b| b == b'\n')
 }
@@ -472,13 +504,21 @@ impl Source for TraceSource {
             };
             line_no += 1;
             let parsed = outcome.and_then(|()| {
-                std::str::from_utf8(&line)
-                    .map_err(|_| TraceLineError::NotUtf8)
-                    .and_then(parse_line)
+                let text = std::str::from_utf8(&line).map_err(|_| TraceLineError::NotUtf8)?;
+                match parse_sample_period(text) {
+                    Some(period) => period.map(Line::SamplePeriod),
+                    None => parse_line(text).map(|s| s.map_or(Line::Nothing, Line::Sample)),
+                }
             });
             match parsed {
-                Ok(Some(sample)) => batch.push(sample),
-                Ok(None) => {}
+                Ok(Line::Sample(sample)) => batch.push(sample),
+                Ok(Line::Nothing) => {}
+                Ok(Line::SamplePeriod(period)) => {
+                    // It applies to the samples after it.
+                    sink.record_batch(&batch);
+                    batch.clear();
+                    sink.set_sample_period(period);
+                }
                 Err(reason) => {
                     bad += 1;
                     sink.count(Counter::TraceBadLines, 1);
@@ -644,6 +684,34 @@ mod tests {
         assert_eq!(got.samples[1].vaddr, 0x2000);
         assert_eq!(got.count_of(Counter::TraceBadLines), 3);
         assert!(got.counts.iter().all(|(c, _)| *c == Counter::TraceBadLines));
+    }
+
+    #[test]
+    fn a_sample_period_line_reaches_the_sink_before_the_samples_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.trace");
+        let l = "1 0 42 42 0x1000 - L unknown -";
+        let text = format!(
+            "{TRACE_HEADER}\n{l}\n# sample_period 100\n{l}\n{l}\n# sample_period 0\n\
+             # sample_period x\n# sample_period  2000 \n{l}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        let sinks = Collector::default();
+        TraceSource::open(path.to_str().unwrap())
+            .unwrap()
+            .run(&sinks, &StopToken::new())
+            .unwrap();
+        let got = sinks.take();
+        assert_eq!(got.samples.len(), 4);
+        assert_eq!(got.periods, vec![(1, 100), (3, 2000)]);
+        // 0 and a non-number are malformed lines, named as such.
+        assert_eq!(got.count_of(Counter::TraceBadLines), 2);
+        assert!(matches!(
+            parse_sample_period("# sample_period 0"),
+            Some(Err(TraceLineError::SamplePeriod(_)))
+        ));
+        assert!(parse_sample_period("# sample period 3").is_none());
+        assert!(parse_sample_period(l).is_none());
     }
 
     #[test]

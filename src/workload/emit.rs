@@ -120,8 +120,9 @@ impl std::fmt::Debug for Emitter {
 
 impl Emitter {
     /// Opens `path` for writing (creating a regular file if it does not exist) and writes the
-    /// trace header. A FIFO's open blocks until a reader opens it.
-    pub fn open(path: &Path) -> Result<Emitter, WorkloadError> {
+    /// trace header and the sample period (one sample per `period` accesses). A FIFO's open
+    /// blocks until a reader opens it.
+    pub fn open(path: &Path, period: u64) -> Result<Emitter, WorkloadError> {
         let open_err = |source| WorkloadError::EmitOpen {
             path: path.to_path_buf(),
             source,
@@ -138,7 +139,9 @@ impl Emitter {
             .truncate(true)
             .open(path)
             .map_err(open_err)?;
-        let file = TraceWriter::new(file).map_err(open_err)?.into_inner();
+        let mut trace = TraceWriter::new(file).map_err(open_err)?;
+        trace.write_sample_period(period).map_err(open_err)?;
+        let file = trace.into_inner();
         Ok(Emitter::over(path.to_path_buf(), file))
     }
 
@@ -351,7 +354,7 @@ mod tests {
     fn samples_round_trip_through_the_trace_format() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.trace");
-        let emitter = Emitter::open(&path).unwrap();
+        let emitter = Emitter::open(&path, 100).unwrap();
         {
             let mut worker = emitter.worker(42, 43);
             worker.stamp(5 * MS, 1);
@@ -364,6 +367,14 @@ mod tests {
         assert_eq!(stats.samples_dropped, 0);
         let parsed = lines_in(&path);
         assert_eq!(parsed.len(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text.lines()
+                .nth(1)
+                .and_then(crate::sampler::trace::parse_sample_period),
+            Some(Ok(100)),
+            "the period follows the header"
+        );
         let fields = |s: &Sample| (s.time_ns, s.cpu, s.pid, s.tid, s.vaddr, s.op);
         assert_eq!(
             fields(&parsed[0]),
@@ -381,7 +392,7 @@ mod tests {
     fn a_full_or_old_buffer_is_handed_to_the_writer_thread() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.trace");
-        let emitter = Emitter::open(&path).unwrap();
+        let emitter = Emitter::open(&path, 100).unwrap();
         let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(0);
         let lines_in_file = || lines_in(&path).len();
         let wait_for = |n: usize| {
@@ -422,7 +433,7 @@ mod tests {
     #[test]
     fn an_empty_buffer_is_never_handed_over() {
         let dir = tempfile::tempdir().unwrap();
-        let emitter = Emitter::open(&dir.path().join("s.trace")).unwrap();
+        let emitter = Emitter::open(&dir.path().join("s.trace"), 100).unwrap();
         let mut worker = emitter.worker(1, 1);
         worker.stamp(0, 0);
         worker.stamp(u64::MAX, 0);

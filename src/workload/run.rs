@@ -48,7 +48,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
     // A file is opened (and a bad path reported) before the slow placement; a FIFO after it,
     // since its open waits for the reader.
     let mut emitter = match &opts.emit {
-        Some(e) if !emit::is_fifo(&e.path) => Some(Emitter::open(&e.path)?),
+        Some(e) if !emit::is_fifo(&e.path) => Some(Emitter::open(&e.path, e.period)?),
         _ => None,
     };
 
@@ -77,7 +77,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
     if let Some(e) = &opts.emit
         && emitter.is_none()
     {
-        emitter = Some(Emitter::open(&e.path)?);
+        emitter = Some(Emitter::open(&e.path, e.period)?);
     }
     let fast_ids: Vec<String> = fast.ids().iter().map(usize::to_string).collect();
     say(

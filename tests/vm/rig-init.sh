@@ -427,7 +427,8 @@ pghotd-emu | pghotd-thp-whole)
 	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid"
 	;;
 pghotd-thp-split)
-	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid" --split-thp --admission-sample-period "$RIG_SAMPLE_PERIOD"
+	# The trace's "# sample_period N" line gives admission the period.
+	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid" --split-thp
 	;;
 esac
 
