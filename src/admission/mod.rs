@@ -357,12 +357,13 @@ impl AdmissionView {
         .map(|n| counter(n))
         .sum();
         parts.push(format!(
-            "splits {splits}  subfolios {}/{}  whole {}  deferred W {} R {}",
+            "splits {splits}  subfolios {}/{}  whole {}  deferred W {} R {} thin {}",
             counter("thp_subfolios_selected"),
             counter("thp_subfolios_selected") + counter("thp_subfolios_left"),
             counter("thp_whole_promotions"),
             counter("admission_deferred_write_heavy"),
             counter("admission_deferred_read_heavy"),
+            counter("pgpromote_deferred_few_samples"),
         ));
         format!("admission: {}", parts.join("  "))
     }
@@ -517,11 +518,15 @@ mod tests {
         let view = adm.view(&[2]);
         assert_eq!(view.pids[0].size_kb, Some(64));
         assert!(view.nodes[0].contended, "threshold 0: always contended");
-        let line = view.summary(|name| u64::from(name == "thp_split_order_64k") * 3);
+        let line = view.summary(|name| match name {
+            "thp_split_order_64k" => 3,
+            "pgpromote_deferred_few_samples" => 7,
+            _ => 0,
+        });
         assert_eq!(
             line,
             "admission: split >= 0 MB/s  node2 1 MB/s ACTIVE duplex R-dominant  \
-             pid 10 -> 64K (H 0.45)  splits 3  subfolios 0/0  whole 0  deferred W 0 R 0"
+             pid 10 -> 64K (H 0.45)  splits 3  subfolios 0/0  whole 0  deferred W 0 R 0 thin 7"
         );
     }
 
