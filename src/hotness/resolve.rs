@@ -141,22 +141,16 @@ impl NodeResolver {
 mod tests {
     use super::*;
     use crate::migrator::mover::fake::FakeMover;
-    use crate::sampler::{AccessOp, DataSource, SourceKind};
+    use crate::sampler::{AccessOp, SourceKind};
 
     fn sample(pid: u32, vaddr: u64, time_ns: u64) -> Sample {
-        Sample {
-            time_ns,
-            cpu: 0,
-            pid,
-            tid: pid,
+        Sample::at_address(
+            (time_ns, 0),
+            (pid, pid),
             vaddr,
-            paddr: None,
-            op: AccessOp::Load,
-            served_from: DataSource::Unknown,
-            node: None,
-            latency: None,
-            source: SourceKind::Trace,
-        }
+            AccessOp::Load,
+            SourceKind::Trace,
+        )
     }
 
     #[test]

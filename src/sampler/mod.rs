@@ -114,6 +114,33 @@ pub struct Sample {
     pub source: SourceKind,
 }
 
+impl Sample {
+    /// An access known by its address alone: no physical address, data source, node or
+    /// latency (software sources, emulated samples, a perf record before its decoder runs).
+    #[inline]
+    pub fn at_address(
+        (time_ns, cpu): (u64, u32),
+        (pid, tid): (u32, u32),
+        vaddr: u64,
+        op: AccessOp,
+        source: SourceKind,
+    ) -> Sample {
+        Sample {
+            time_ns,
+            cpu,
+            pid,
+            tid,
+            vaddr,
+            paddr: None,
+            op,
+            served_from: DataSource::Unknown,
+            node: None,
+            latency: None,
+            source,
+        }
+    }
+}
+
 /// Where a source delivers samples. One sink per source thread, so `&mut self` is free of locks.
 pub trait SampleSink {
     fn record(&mut self, sample: &Sample);

@@ -13,9 +13,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{
-    AccessOp, DataSource, OpenContext, Sample, SampleSink, SourceError, SourceKind, StopToken,
-};
+use super::{AccessOp, OpenContext, Sample, SampleSink, SourceError, SourceKind, StopToken};
 use crate::scope::Scope;
 use crate::stats::Counter;
 
@@ -151,19 +149,13 @@ pub fn emit_pages(
     let time_ns = crate::workload::monotonic_ns();
     let cpu = last_cpu(pid);
     for &vaddr in pages {
-        sink.record(&Sample {
-            time_ns,
-            cpu,
-            pid,
-            tid: pid,
+        sink.record(&Sample::at_address(
+            (time_ns, cpu),
+            (pid, pid),
             vaddr,
-            paddr: None,
             op,
-            served_from: DataSource::Unknown,
-            node: None,
-            latency: None,
             source,
-        });
+        ));
     }
 }
 

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::WorkloadError;
 use crate::sampler::trace::TraceWriter;
-use crate::sampler::{AccessOp, DataSource, Sample, SourceKind};
+use crate::sampler::{AccessOp, Sample, SourceKind};
 
 /// Longest a sample waits in its worker's buffer (plus one chunk of accesses).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);
@@ -69,23 +69,18 @@ struct Handed {
 
 impl Handed {
     fn sample(&self, raw: &Raw) -> Sample {
-        Sample {
-            time_ns: raw.time_ns,
-            cpu: raw.cpu,
-            pid: self.pid,
-            tid: self.tid,
-            vaddr: raw.vaddr,
-            paddr: None,
-            op: if raw.store {
-                AccessOp::Store
-            } else {
-                AccessOp::Load
-            },
-            served_from: DataSource::Unknown,
-            node: None,
-            latency: None,
-            source: SourceKind::Trace,
-        }
+        let op = if raw.store {
+            AccessOp::Store
+        } else {
+            AccessOp::Load
+        };
+        Sample::at_address(
+            (raw.time_ns, raw.cpu),
+            (self.pid, self.tid),
+            raw.vaddr,
+            op,
+            SourceKind::Trace,
+        )
     }
 }
 

@@ -31,8 +31,7 @@ use self::open::CpuEvents;
 use self::period::PeriodControl;
 use self::record::{Record, SampleFormat, SampleRecord};
 use super::{
-    AccessOp, DataSource, Sample, SampleSink, SinkFactory, Source, SourceError, SourceKind,
-    StopToken,
+    AccessOp, Sample, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
 };
 use crate::stats::Counter;
 use crate::topology::SysfsRoot;
@@ -492,19 +491,13 @@ impl<'a> CpuReader<'a> {
                 let Some(slot) = slot_of(rec.id) else {
                     return self.bad(sink, "sample from an event this sampler did not open");
                 };
-                let mut sample = Sample {
-                    time_ns: rec.time,
-                    cpu: rec.cpu,
-                    pid: rec.pid,
-                    tid: rec.tid,
-                    vaddr: rec.addr,
-                    paddr: None,
-                    op: AccessOp::Load,
-                    served_from: DataSource::Unknown,
-                    node: None,
-                    latency: None,
-                    source: self.plan.kind,
-                };
+                let mut sample = Sample::at_address(
+                    (rec.time, rec.cpu),
+                    (rec.pid, rec.tid),
+                    rec.addr,
+                    AccessOp::Load,
+                    self.plan.kind,
+                );
                 match self.plan.decoder.decode(&rec, slot, &mut sample) {
                     Ok(()) => {
                         self.batch.push(sample);
