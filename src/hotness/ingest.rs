@@ -553,6 +553,15 @@ mod tests {
         target: Option<NodeId>,
         queue: usize,
     ) -> (Arc<Ingest>, Arc<Stats>, CandidateReceiver) {
+        let (ingest, stats, rx) = unshared(scope_pids, target, queue);
+        (Arc::new(ingest), stats, rx)
+    }
+
+    fn unshared(
+        scope_pids: &[u32],
+        target: Option<NodeId>,
+        queue: usize,
+    ) -> (Ingest, Arc<Stats>, CandidateReceiver) {
         let stats = Arc::new(Stats::new());
         let policy = HotPolicy {
             freq_threshold: 2,
@@ -574,7 +583,7 @@ mod tests {
             vec![(2, tx)],
         )
         .with_node_lookup(move || Box::new(lookup.clone()));
-        (Arc::new(ingest), stats, rx)
+        (ingest, stats, rx)
     }
 
     fn sample(pid: u32, vaddr: u64, node: Option<NodeId>, src: DataSource) -> Sample {
@@ -596,7 +605,7 @@ mod tests {
     /// MB/s admission estimates on node 2 after 100 samples a second for two seconds, with the
     /// recorder told `period` by its source and `configured` in the config.
     fn estimated_mb_per_s(period: Option<u64>, configured: Option<u64>) -> f64 {
-        let (ingest, _stats, _rx) = setup(&[100], None, 1024);
+        let (ingest, _stats, _rx) = unshared(&[100], None, 1024);
         let admission = Arc::new(crate::admission::Admission::new(
             crate::admission::AdmissionConfig {
                 sample_period: configured,
@@ -604,12 +613,7 @@ mod tests {
             },
             3,
         ));
-        let ingest = Arc::new(
-            Arc::try_unwrap(ingest)
-                .ok()
-                .unwrap()
-                .with_admission(Arc::clone(&admission)),
-        );
+        let ingest = Arc::new(ingest.with_admission(Arc::clone(&admission)));
         let mut r = ingest.recorder();
         if let Some(p) = period {
             r.set_sample_period(p);
