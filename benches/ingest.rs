@@ -39,10 +39,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pghotd::admission::{Admission, AdmissionConfig};
-use pghotd::hotness::ingest::{Ingest, Scope};
+use pghotd::hotness::candidate::candidate_queue;
 use pghotd::hotness::{Access, Entry, HotPolicy, HotTable, PageKey, Recorded};
-use pghotd::migrator::candidate_queue;
-use pghotd::sampler::{AccessOp, DataSource, Sample, SampleSink, SourceKind};
+use pghotd::ingest::{Ingest, Scope};
+use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
+use pghotd::sampler::SampleSink;
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{NodeId, SysfsRoot, Topology};
 

@@ -6,8 +6,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::trace::{TraceWriter, parse_line};
-use pghotd::sampler::{AccessOp, DataSource, Sample, SourceKind};
 
 const RUNS: usize = 3;
 

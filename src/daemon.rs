@@ -24,18 +24,20 @@ use crate::control::metrics::MetricsServer;
 use crate::control::server::ControlServer;
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
 use crate::hotness::HotTable;
-use crate::hotness::ingest::Ingest;
-use crate::migrator::mover::SysMover;
+use crate::hotness::candidate::candidate_queue;
+use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
-use crate::migrator::{Migrator, MigratorEvent, MigratorHandle, candidate_queue};
+use crate::migrator::{Migrator, MigratorEvent, MigratorHandle};
+use crate::movepages::SysMover;
 use crate::sampler::adaptive::{AdaptiveConfig, PeriodController};
 use crate::sampler::perf::adaptive_loop;
 use crate::sampler::perf::period::PeriodControl;
 use crate::sampler::trace::TraceWriter;
-use crate::sampler::{Source, SourceError, StopToken};
+use crate::sampler::{Source, SourceError};
 use crate::scope::guard::GuardedMover;
 use crate::scope::{ProcFs, ScopeError, ScopeTracker};
 use crate::stats::{Counter, Stats, StatsSnapshot};
+use crate::stop::StopToken;
 use crate::topology::{SysfsRoot, Topology, TopologyError};
 
 #[derive(Debug, thiserror::Error)]

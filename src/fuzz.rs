@@ -15,6 +15,8 @@ use std::path::Path;
 
 use crate::config::Config;
 use crate::control::protocol::{MAX_REQUEST_BYTES, Request, parse_request};
+use crate::sample::{Sample, SourceKind};
+use crate::sampler::SampleSink;
 use crate::sampler::hwsample::SampleFields;
 use crate::sampler::ibs::{CpuModel, IbsInput, IbsOpRaw, classify};
 use crate::sampler::perf::record::{self, Record, SampleFormat};
@@ -23,7 +25,6 @@ use crate::sampler::perf::{CpuReader, PerfPlan};
 use crate::sampler::trace::{
     MAX_LINE_BYTES, TraceWriter, parse_line, parse_sample_period, read_line_bounded,
 };
-use crate::sampler::{Sample, SampleSink, SourceKind};
 use crate::stats::Counter;
 
 /// CPU models whose errata change the IBS decode: none, Zen 2 (erratum 1293), Zen 4.
@@ -238,7 +239,7 @@ pub fn control(data: &[u8]) {
     use crate::control::server::{Line, LineReader};
     let mut reader = LineReader::new();
     let mut input = data;
-    let stop = crate::sampler::StopToken::new();
+    let stop = crate::stop::StopToken::new();
     loop {
         let bytes = match reader.next(&mut input, &stop) {
             Line::Closed => break,

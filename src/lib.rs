@@ -10,20 +10,25 @@
 //! duplex-aware admission).
 
 pub mod admission;
+pub mod clock;
 pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod fuzz;
 pub mod generate;
 pub mod hotness;
+pub mod ingest;
 pub mod migrator;
+pub mod movepages;
 pub mod pidstats;
 pub mod safefs;
+pub mod sample;
 pub mod sampler;
 pub mod scope;
 pub mod service;
 pub mod sim;
 pub mod stats;
+pub mod stop;
 pub mod topology;
 pub mod view;
 pub mod workload;

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use sd_notify::NotifyState;
 
-use crate::sampler::StopToken;
 use crate::stats::{Counter, Stats};
+use crate::stop::StopToken;
 
 /// How often STATUS= is refreshed while running.
 pub const STATUS_EVERY: Duration = Duration::from_secs(10);
@@ -74,7 +74,7 @@ pub fn ready(
     std::thread::Builder::new()
         .name("pghot-notify".into())
         .spawn(move || {
-            while crate::sampler::procpid::wait_until(Instant::now() + STATUS_EVERY, &stop) {
+            while crate::stop::wait_until(Instant::now() + STATUS_EVERY, &stop) {
                 send(&[NotifyState::Status(&line.render(&stats))]);
             }
         })

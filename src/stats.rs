@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::sampler::SourceKind;
+use crate::sample::SourceKind;
 use crate::topology::NodeId;
 
 macro_rules! counters {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use pghotd::migrator::mover::Mover;
+use pghotd::movepages::Mover;
 use pghotd::scope::guard::GuardedMover;
 use pghotd::scope::{ProcFs, ScopeSelector, ScopeTracker};
 use pghotd::stats::{Counter, Stats};

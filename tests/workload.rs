@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 
-use pghotd::sampler::AccessOp;
+use pghotd::sample::AccessOp;
 use pghotd::sampler::trace::parse_line;
 use serde_json::Value;
 
@@ -57,7 +57,7 @@ fn parse_report(stdout: &[u8]) -> Report {
     }
 }
 
-fn samples(path: &Path) -> Vec<pghotd::sampler::Sample> {
+fn samples(path: &Path) -> Vec<pghotd::sample::Sample> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()

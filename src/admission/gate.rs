@@ -21,7 +21,7 @@ use std::time::Instant;
 use super::split::{MIN_SPLIT_ORDER, PMD_ORDER, SplitDecision, SplitPlan};
 use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
 use super::{Admission, duplex_admits};
-use crate::hotness::ingest::Candidate;
+use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
 use crate::migrator::Admit;
 use crate::stats::{Counter, Stats};
@@ -332,7 +332,7 @@ mod tests {
     use super::super::{AdmissionConfig, LocalAdmission};
     use super::*;
     use crate::hotness::{HotPolicy, Recorded};
-    use crate::sampler::{AccessOp, SourceKind};
+    use crate::sample::{AccessOp, SourceKind};
 
     const PID: u32 = 10;
     const BASE: u64 = 0x7f00_0000_0000;

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::hotness::PageKey;
-use crate::sampler::{AccessOp, Sample};
+use crate::sample::{AccessOp, Sample};
 use crate::topology::NodeId;
 pub use config::AdmissionConfig;
 use histogram::{HistogramSet, LocalHistogram};
@@ -423,7 +423,7 @@ impl PidSplitRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sampler::{DataSource, SourceKind};
+    use crate::sample::{DataSource, SourceKind};
 
     /// A lower-tier (node 2) sample, for this module's and `gate`'s tests.
     pub(super) fn sample(pid: u32, vaddr: u64, op: AccessOp, time_ns: u64) -> Sample {

@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+pub mod admission;
+
 use crate::admission::AdmissionConfig;
-use crate::admission::config::{AdmissionArgs, RawAdmission};
 use crate::hotness::HotPolicy;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
@@ -29,6 +30,7 @@ use crate::sampler::pebs::PebsTunables;
 use crate::sampler::perf::PerfSettings;
 use crate::sampler::softdirty::SoftDirtyConfig;
 use crate::topology::NodeId;
+use admission::{AdmissionArgs, RawAdmission};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
 pub const DEFAULT_RUN_DIR: &str = "/run/pghotd";

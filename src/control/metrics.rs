@@ -20,7 +20,7 @@ use std::time::Duration;
 use super::plane::ControlPlane;
 use super::protocol::Snapshot;
 use super::{ControlError, ServiceThread, wait_readable};
-use crate::sampler::StopToken;
+use crate::stop::StopToken;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

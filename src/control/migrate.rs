@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 
 use super::protocol::MigrateReport;
 use crate::hotness::PAGE_SIZE;
-use crate::migrator::mover::{Mover, STATUS_UNWRITTEN};
 use crate::migrator::ratelimit::{Clock, RateLimits};
-use crate::sampler::StopToken;
+use crate::movepages::{Mover, STATUS_UNWRITTEN};
 use crate::stats::{Counter, Stats};
+use crate::stop::StopToken;
 use crate::topology::{NodeId, Topology};
 
 /// Pages per query and move call.
@@ -234,8 +234,8 @@ fn move_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrator::mover::fake::FakeMover;
     use crate::migrator::ratelimit::tests::FakeClock;
+    use crate::movepages::fake::FakeMover;
 
     const BASE: u64 = 0x7f00_0000_0000;
 

@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::sampler::StopToken;
+use crate::stop::StopToken;
 
 /// A listener thread with its own stop token: `pghot-ctl` and `pghot-metrics`.
 pub(crate) struct ServiceThread {

@@ -16,14 +16,14 @@ use super::protocol::{
 };
 use crate::config::{Config, TunableArgs};
 use crate::hotness::HotTable;
-use crate::hotness::ingest::Ingest;
+use crate::ingest::Ingest;
 use crate::migrator::MigratorEvent;
-use crate::migrator::mover::SysMover;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
+use crate::movepages::SysMover;
 use crate::pidstats::PidCounts;
-use crate::sampler::StopToken;
 use crate::scope::guard::GuardedMover;
 use crate::stats::{Counter, Stats};
+use crate::stop::StopToken;
 use crate::topology::{NodeId, Topology};
 
 /// Keys that take effect while the daemon runs; every other key needs a restart.

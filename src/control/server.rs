@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::plane::ControlPlane;
 use super::protocol::{ErrorBody, ErrorKind, MAX_REQUEST_BYTES, Request, Response, parse_request};
 use super::{ControlError, ServiceThread, wait_readable};
-use crate::sampler::StopToken;
 use crate::sampler::trace::TraceWriter;
 use crate::stats::Counter;
+use crate::stop::StopToken;
 
 /// Connections served at once; more get a `busy` answer and are closed.
 pub const MAX_CONNECTIONS: usize = 16;

@@ -20,6 +20,13 @@ pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 pub struct PageKey(u64);
 
 impl PageKey {
+    /// The key's bits spread over the whole word (the table's hash), for other tables keyed
+    /// by page.
+    #[inline]
+    pub fn mixed(self) -> u64 {
+        super::shard::mix(self.raw())
+    }
+
     /// `None` when the pid or address is out of the key's range, or pid is 0.
     pub fn new(pid: u32, vaddr: u64) -> Option<PageKey> {
         let vpn = vaddr >> PAGE_SHIFT;

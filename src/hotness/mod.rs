@@ -17,10 +17,9 @@
 //!
 //! Runs on every sampler thread; never blocks on anything but a shard lock held for one lookup.
 
+pub mod candidate;
 pub mod entry;
-pub mod ingest;
 mod prefetch;
-pub mod resolve;
 mod shard;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,7 +31,7 @@ pub use entry::{Entry, PAGE_SIZE, PageKey};
 use entry::{FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
 use shard::{Shard, Slot, mix};
 
-use crate::sampler::AccessOp;
+use crate::sample::AccessOp;
 use crate::topology::NodeId;
 
 /// The table's policy knobs; all can change at runtime.

@@ -69,7 +69,7 @@ impl Ord for HeatOrd {
 mod tests {
     use super::*;
     use crate::hotness::{Access, HotPolicy};
-    use crate::sampler::AccessOp;
+    use crate::sample::AccessOp;
 
     /// A page sampled `times` times on lower-tier node 2, then believed on `node`.
     fn page(table: &HotTable, pid: u32, page: u64, node: NodeId, times: u32) {

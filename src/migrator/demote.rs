@@ -137,7 +137,7 @@ impl Demoter {
 mod tests {
     use super::*;
     use crate::hotness::{Access, HotPolicy, PAGE_SIZE};
-    use crate::sampler::AccessOp;
+    use crate::sample::AccessOp;
     use crate::topology::{Node, SysfsRoot};
     use std::path::Path;
 

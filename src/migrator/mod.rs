@@ -21,25 +21,23 @@
 pub mod audit;
 pub mod capacity;
 pub mod demote;
-pub mod mover;
 pub mod ratelimit;
-mod sys;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
-use crate::hotness::ingest::Candidate;
+use crate::hotness::candidate::{Candidate, CandidateReceiver};
 use crate::hotness::{HotTable, PageKey};
+use crate::movepages::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
 use crate::pidstats::{PidCounts, PidStats};
 use crate::stats::{Counter, Stats};
 use crate::topology::{NodeId, Topology};
 use capacity::{FreeMemory, HeatAdmission, admit_hottest};
 use demote::Demoter;
-use mover::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
 use ratelimit::{Clock, RateLimits};
 
 /// Tunables of the migrators.
@@ -576,100 +574,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 }
 
-/// Creates a migrator's candidate queue: `capacity` candidates, and a wake-up once `wake_at` of
-/// them wait. Senders do not wake the migrator per candidate (a futex wake costs the sampler
-/// microseconds); the migrator drains the queue when woken or when its interval ends.
-pub fn candidate_queue(capacity: usize, wake_at: usize) -> (CandidateSender, CandidateReceiver) {
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
-    // One pending wake-up is enough: the migrator drains everything when it runs.
-    let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
-    (
-        CandidateSender {
-            tx,
-            wake: wake_tx,
-            wake_at: wake_at.clamp(1, capacity.max(1)),
-        },
-        CandidateReceiver { rx, wake: wake_rx },
-    )
-}
-
-/// A candidate [`CandidateSender::offer`] could not queue, and the outcome it is counted as.
-#[derive(Debug)]
-pub struct Refused {
-    pub candidate: Candidate,
-    /// `pgpromote_queue_full`, or `pgpromote_abandoned` once the migrator has stopped.
-    pub counter: Counter,
-}
-
-/// The sampler side of a candidate queue.
-#[derive(Debug, Clone)]
-pub struct CandidateSender {
-    tx: Sender<Candidate>,
-    wake: Sender<()>,
-    wake_at: usize,
-}
-
-impl CandidateSender {
-    /// Queues a candidate; gives it back, with the counter it ends in, when the queue is full
-    /// or its migrator has stopped (a shutdown: sources record until they see the stop).
-    #[inline]
-    pub fn offer(&self, candidate: Candidate) -> Result<(), Refused> {
-        match self.tx.try_send(candidate) {
-            Ok(()) => {
-                if self.tx.len() >= self.wake_at {
-                    // Full means a wake-up is already pending.
-                    let _ = self.wake.try_send(());
-                }
-                Ok(())
-            }
-            Err(TrySendError::Full(candidate)) => Err(Refused {
-                candidate,
-                counter: Counter::PgpromoteQueueFull,
-            }),
-            Err(TrySendError::Disconnected(candidate)) => Err(Refused {
-                candidate,
-                counter: Counter::PgpromoteAbandoned,
-            }),
-        }
-    }
-
-    /// Candidates waiting (for the control plane's queue-depth gauge).
-    pub fn len(&self) -> usize {
-        self.tx.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tx.is_empty()
-    }
-}
-
-/// The migrator side of a candidate queue.
-#[derive(Debug)]
-pub struct CandidateReceiver {
-    rx: Receiver<Candidate>,
-    wake: Receiver<()>,
-}
-
-impl CandidateReceiver {
-    /// The next queued candidate, if any.
-    pub fn try_recv(&self) -> Option<Candidate> {
-        self.rx.try_recv().ok()
-    }
-
-    pub fn len(&self) -> usize {
-        self.rx.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rx.is_empty()
-    }
-
-    /// Waits up to `timeout` for the wake-up that says `wake_at` candidates wait.
-    pub fn wait_wake(&self, timeout: Duration) -> bool {
-        self.wake.recv_timeout(timeout).is_ok()
-    }
-}
-
 /// Failures that may pass by the next sample of the page.
 fn is_transient(counter: Counter) -> bool {
     matches!(
@@ -765,7 +669,7 @@ fn run<M: Mover, C: Clock>(
     loop {
         let timeout = next_wake.saturating_duration_since(Instant::now());
         select! {
-            recv(queue.wake) -> _ => drain(migrator, queue, &mut batch),
+            recv(queue.wake_channel()) -> _ => drain(migrator, queue, &mut batch),
             recv(events) -> e => match e {
                 Ok(MigratorEvent::Finish) => {
                     drain(migrator, queue, &mut batch);
@@ -800,7 +704,7 @@ fn abandon<M: Mover, C: Clock>(
     queue: &CandidateReceiver,
     batch: &mut Vec<Candidate>,
 ) {
-    let abandoned = batch.len() + queue.rx.try_iter().count();
+    let abandoned = batch.len() + queue.discard_all();
     migrator
         .stats
         .add(Counter::PgpromoteAbandoned, abandoned as u64);
@@ -823,7 +727,7 @@ fn drain<M: Mover, C: Clock>(
     queue: &CandidateReceiver,
     batch: &mut Vec<Candidate>,
 ) {
-    while let Ok(c) = queue.rx.try_recv() {
+    while let Some(c) = queue.try_recv() {
         batch.push(c);
         if batch.len() >= migrator.config.migrate_batch {
             migrator.process(batch);
@@ -842,11 +746,12 @@ fn interval(config: &MigratorConfig) -> Duration {
 mod tests {
     mod faults;
 
-    use super::mover::fake::{FakeMover, Script};
     use super::ratelimit::tests::FakeClock;
     use super::*;
+    use crate::hotness::candidate::candidate_queue;
     use crate::hotness::{Access, HotPolicy, PAGE_SIZE, PageKey, Recorded};
-    use crate::sampler::{AccessOp, SourceKind};
+    use crate::movepages::fake::{FakeMover, Script};
+    use crate::sample::{AccessOp, SourceKind};
     use crate::topology::SysfsRoot;
     use nix::errno::Errno;
     use std::path::Path;

@@ -5,7 +5,10 @@
 //! is really opened, so a PMU that exists but may not be used (permissions, a busy PMU) is
 //! skipped with the reason the kernel gave.
 
-use super::{OpenContext, SinkFactory, Source, SourceError, SourceKind, SourceSpec, StopToken};
+use super::{OpenContext, Source, SourceError, SourceSpec};
+use crate::sample::SourceKind;
+use crate::sampler::SinkFactory;
+use crate::stop::StopToken;
 
 /// The candidates, best first.
 const ORDER: [SourceSpec; 5] = [

@@ -5,7 +5,7 @@
 //! and whether it hit a core-private cache. Layout: ibs-perf.md §3.8 (uapi `perf_event.h`); the
 //! field values are kernel ABI, so they are named constants here.
 
-use crate::sampler::{AccessOp, DataSource};
+use crate::sample::{AccessOp, DataSource};
 
 /// `mem_op` values (shift 0).
 pub mod op {

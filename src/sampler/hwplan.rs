@@ -8,13 +8,14 @@
 
 use perf_event_open_sys::bindings as b;
 
+use super::SourceError;
 use super::hwsample::{HwSample, SampleFields};
 use super::ibs::{CpuModel, IbsCaps, IbsEventConfig, IbsInput, IbsTunables};
 use super::pebs::{PebsEventConfig, PebsRole, PebsTunables};
 use super::perf::record::{SampleFormat, SampleRecord};
 use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
 use super::pmu::Pmu;
-use super::{Sample, SourceError, SourceKind};
+use crate::sample::{Sample, SourceKind};
 use crate::stats::Counter;
 use crate::topology::SysfsRoot;
 
@@ -208,12 +209,13 @@ pub fn ibs_raw(caps: u32, msrs: [u64; 7]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sample::{AccessOp, DataSource};
+    use crate::sampler::SinkFactory;
     use crate::sampler::collect::Collector;
     use crate::sampler::datasrc::{PerfMemDataSrc, lvl, lvlnum, op};
     use crate::sampler::perf::CpuReader;
     use crate::sampler::perf::record::build;
     use crate::sampler::perf::ring::{Ring, RingWriter};
-    use crate::sampler::{AccessOp, DataSource, SinkFactory};
 
     /// Zen4 caps: AVAIL, OPSAM, OPCNT, ZEN4 extensions.
     const CAPS: u32 = 1 | 1 << 2 | 1 << 4 | 1 << 11;

@@ -6,8 +6,8 @@
 //! §7.5): cache hits say nothing about where the page sits, so keeping them is not an option.
 //! The pid-0 check is the sink's (it counts `pghot_drop_pid_zero`), not done here.
 
+use crate::sample::{AccessOp, DataSource};
 use crate::sampler::datasrc::{CoreCacheHit, PerfMemDataSrc};
-use crate::sampler::{AccessOp, DataSource};
 use crate::stats::Counter;
 
 /// A sampled data access that reached memory (or at least left the core).

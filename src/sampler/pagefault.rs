@@ -11,7 +11,7 @@ use perf_event_open_sys::bindings;
 
 use super::perf::record::{SampleFormat, SampleRecord};
 use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
-use super::{Sample, SourceKind};
+use crate::sample::{Sample, SourceKind};
 use crate::stats::Counter;
 
 /// Tunables of the page-fault source.

@@ -198,10 +198,10 @@ pub fn classify(fields: &SampleFields) -> Result<HwSample, DropReason> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sample::{AccessOp, DataSource};
     use crate::sampler::datasrc::{PERF_MEM_NA, lvl, lvlnum};
     use crate::sampler::hwsample::testutil::{load, user_sample};
     use crate::sampler::pmu::fixture::{IBS_OP_FULL, INTEL_CPU, root_with};
-    use crate::sampler::{AccessOp, DataSource};
 
     const PRE_GLC: &[(&str, &str)] = &[
         ("type", "4"),

@@ -11,10 +11,12 @@
 //! empty cgroup may fill again.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use super::{AccessOp, OpenContext, Sample, SampleSink, SourceError, SourceKind, StopToken};
+use super::{OpenContext, SourceError};
+use crate::sample::{AccessOp, Sample, SourceKind};
+use crate::sampler::SampleSink;
 use crate::scope::Scope;
+use crate::scope::proc::stat_field;
 use crate::stats::Counter;
 
 /// The processes a software source watches.
@@ -51,9 +53,6 @@ impl Watched {
     }
 }
 
-/// Longest a source sleeps before it looks at the stop token again.
-const STOP_SLICE: Duration = Duration::from_millis(100);
-
 /// Fails the open when a pid does not exist (now), rather than leaving it to the first pass.
 pub fn require_alive(pids: &[u32]) -> Result<(), SourceError> {
     match pids.iter().find(|&&p| !pid_alive(p)) {
@@ -68,13 +67,6 @@ pub fn pid_alive(pid: u32) -> bool {
         Ok(stat) => stat_field(&stat, 3).is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
-}
-
-/// Field `n` (1-based, as in proc(5)) of a `/proc/PID/stat` line. The command name (field 2)
-/// may hold spaces and parentheses, so fields after it are counted from its last `)`.
-pub(crate) fn stat_field(stat: &str, n: usize) -> Option<&str> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_ascii_whitespace().nth(n.checked_sub(3)?)
 }
 
 /// The CPU the process last ran on (`/proc/PID/stat` field 39): the sources' stand-in for the
@@ -146,7 +138,7 @@ pub fn emit_pages(
     op: AccessOp,
     source: SourceKind,
 ) {
-    let time_ns = crate::workload::monotonic_ns();
+    let time_ns = crate::clock::monotonic_ns();
     let cpu = last_cpu(pid);
     for &vaddr in pages {
         sink.record(&Sample::at_address(
@@ -159,33 +151,9 @@ pub fn emit_pages(
     }
 }
 
-/// Sleeps until `deadline` in slices of at most 100 ms; false if a stop came first.
-pub fn wait_until(deadline: Instant, stop: &StopToken) -> bool {
-    loop {
-        if stop.is_stopped() {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return true;
-        }
-        std::thread::sleep((deadline - now).min(STOP_SLICE));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields_count_from_the_last_parenthesis() {
-        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 100 1000 \
-                    200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0";
-        assert_eq!(stat_field(stat, 3), Some("S"));
-        assert_eq!(stat_field(stat, 4), Some("1"));
-        assert_eq!(stat_field(stat, 39), Some("3"));
-        assert_eq!(stat_field("garbage", 3), None);
-    }
 
     #[test]
     fn this_process_is_alive_and_runs_on_a_cpu() {

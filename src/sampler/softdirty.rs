@@ -24,11 +24,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::procpid::{self, ManagedPids, Watched};
-use super::{
-    AccessOp, OpenContext, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
-};
+use super::{OpenContext, Source, SourceError};
+use crate::sample::{AccessOp, SourceKind};
+use crate::sampler::{SampleSink, SinkFactory};
 use crate::scope::Scope;
 use crate::stats::Counter;
+use crate::stop::StopToken;
 
 const PAGE_SIZE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
@@ -273,7 +274,7 @@ impl Source for SoftDirtySource {
         let interval = Duration::from_millis(u64::from(self.config.interval_ms));
         let mut dirty = Vec::new();
         let mut next = Instant::now();
-        while procpid::wait_until(next, stop) {
+        while crate::stop::wait_until(next, stop) {
             let pids = match &mut live {
                 Live::Explicit(managed) => {
                     managed.reap(sink.as_mut());
@@ -336,7 +337,7 @@ mod tests {
 
     #[test]
     fn watches_the_followed_scope_or_explicit_live_pids() {
-        let mut ctx = crate::config::Config::default().open_context();
+        let mut ctx = OpenContext::default();
         let err = Watched::from_context("softdirty", &ctx).unwrap_err();
         assert!(err.to_string().contains("--cgroup"), "{err}");
         ctx.pids = vec![u32::MAX];

@@ -25,10 +25,11 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::{
-    AccessOp, DataSource, Sample, SinkFactory, Source, SourceError, SourceKind, StopToken,
-};
+use super::{Source, SourceError};
+use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
+use crate::sampler::SinkFactory;
 use crate::stats::Counter;
+use crate::stop::StopToken;
 use crate::topology::NodeId;
 
 /// Header line the writer puts first; readers treat it as a comment.

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use nix::errno::Errno;
 
 use super::{ProcFs, Scope, sys};
-use crate::migrator::mover::Mover;
+use crate::movepages::Mover;
 use crate::stats::{Counter, Stats};
 
 /// A [`Mover`] that checks scope and identity before every move; queries pass straight
@@ -111,7 +111,7 @@ impl<M: Mover> Mover for GuardedMover<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrator::mover::fake::FakeMover;
+    use crate::movepages::fake::FakeMover;
     use crate::scope::Identity;
     use crate::scope::tests::sleeper;
 

@@ -34,7 +34,7 @@ use regex::Regex;
 
 pub use proc::{Identity, ProcFs};
 
-use crate::sampler::StopToken;
+use crate::stop::StopToken;
 
 /// Pids are below 2^22 (Linux's PID_MAX_LIMIT); the hotness key has the same bound.
 pub const PID_LIMIT: u32 = 1 << 22;
@@ -402,7 +402,7 @@ impl ScopeTracker {
             .name("pghot-scope".into())
             .spawn(move || {
                 let mut failed = false;
-                while crate::sampler::procpid::wait_until(Instant::now() + interval, &stop) {
+                while crate::stop::wait_until(Instant::now() + interval, &stop) {
                     match self.refresh() {
                         Ok(_) => failed = false,
                         // Logged once per run of failures; the last published scope stays.

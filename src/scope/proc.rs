@@ -6,8 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::sampler::procpid::stat_field;
-
 /// PF_KTHREAD in `/proc/PID/stat` field 9 (include/linux/sched.h).
 const PF_KTHREAD: u64 = 0x0020_0000;
 
@@ -107,9 +105,26 @@ pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
         .collect()
 }
 
+/// Field `n` (1-based, as in proc(5)) of a `/proc/PID/stat` line. The command name (field 2)
+/// may hold spaces and parentheses, so fields after it are counted from its last `)`.
+pub(crate) fn stat_field(stat: &str, n: usize) -> Option<&str> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    after_comm.split_ascii_whitespace().nth(n.checked_sub(3)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_last_parenthesis() {
+        let stat = "42 (a (b) c) S 1 42 42 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 100 1000 \
+                    200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0";
+        assert_eq!(stat_field(stat, 3), Some("S"));
+        assert_eq!(stat_field(stat, 4), Some("1"));
+        assert_eq!(stat_field(stat, 39), Some("3"));
+        assert_eq!(stat_field("garbage", 3), None);
+    }
 
     #[test]
     fn stat_gives_start_time_kernel_thread_and_state() {

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 
 use crate::hotness::PAGE_SIZE;
 use crate::migrator::capacity::FreeMemory;
-use crate::migrator::mover::Mover;
+use crate::movepages::Mover;
 use crate::topology::{NodeId, TopologyError};
 
 /// The fast (DRAM, with CPUs) and slow (CPU-less CXL) nodes of the simulated machine.

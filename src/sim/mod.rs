@@ -23,12 +23,14 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::hotness::ingest::{Ingest, Recorder, Scope};
+use crate::hotness::candidate::{CandidateReceiver, candidate_queue};
 use crate::hotness::{HotPolicy, HotTable};
+use crate::ingest::{Ingest, Recorder, Scope};
 use crate::migrator::ratelimit::{Clock, RateLimits};
-use crate::migrator::{CandidateReceiver, Migrator, MigratorConfig, candidate_queue};
+use crate::migrator::{Migrator, MigratorConfig};
+use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
+use crate::sampler::SampleSink;
 use crate::sampler::adaptive::{AdaptiveConfig, IntervalSignals, PeriodController};
-use crate::sampler::{AccessOp, DataSource, Sample, SampleSink, SourceKind};
 use crate::stats::{Counter, Stats};
 use crate::topology::{Node, Topology};
 use crate::workload::rng::SplitMix64;

@@ -27,8 +27,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::WorkloadError;
+use crate::sample::{AccessOp, Sample, SourceKind};
 use crate::sampler::trace::TraceWriter;
-use crate::sampler::{AccessOp, Sample, SourceKind};
 
 /// Longest a sample waits in its worker's buffer (plus one chunk of accesses).
 pub const FLUSH_EVERY: Duration = Duration::from_millis(20);

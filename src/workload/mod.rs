@@ -25,11 +25,11 @@ pub(crate) mod zipf;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// CLOCK_MONOTONIC in ns: the trace's clock, also used by the software sources.
+pub use crate::clock::monotonic_ns;
 pub use pattern::Pattern;
 pub use report::RunResult;
 pub use run::run;
-/// CLOCK_MONOTONIC in ns: the trace's clock, also used by the software sources.
-pub use sys::monotonic_ns;
 
 use crate::topology::{NodeId, TopologyError};
 

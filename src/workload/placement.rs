@@ -11,7 +11,7 @@ use std::io;
 use super::WorkloadError;
 use super::pattern::{PAGE_SIZE, WORDS_PER_PAGE};
 use super::sys::Mapping;
-use crate::migrator::mover::{Mover, SysMover};
+use crate::movepages::{Mover, SysMover};
 use crate::topology::{NodeId, Topology};
 
 /// The mapping is aligned to a PMD so `--thp` can get 2 MiB pages.

@@ -108,12 +108,6 @@ impl RunResult {
     }
 }
 
-/// Rounds to `digits` decimals, for readable JSON.
-pub fn round(x: f64, digits: i32) -> f64 {
-    let scale = 10f64.powi(digits);
-    (x * scale).round() / scale
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

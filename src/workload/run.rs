@@ -17,7 +17,7 @@ use super::pattern::{PAGE_SIZE, Plan};
 use super::placement::{self, Census, FastNodes, TierShare};
 use super::report::{self, Milestones, RunResult, Tick};
 use super::sys::{self, Mapping};
-use super::threadtime::{ThreadTimes, WorkerTimes};
+use super::threadtime::{ThreadTimes, WorkerTimes, round};
 use super::{Options, WorkloadError};
 use crate::topology::{SysfsRoot, Topology};
 
@@ -112,7 +112,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         size_mb: opts.size_mb,
         hot_mb: (plan.hot_count() * PAGE_SIZE) as u64 >> 20,
         threads: opts.threads,
-        duration_s: report::round(outcome.elapsed.as_secs_f64(), 3),
+        duration_s: round(outcome.elapsed.as_secs_f64(), 3),
         accesses: outcome.accesses,
         ns_per_access: Some(report::ns_per_access(
             outcome.elapsed.as_nanos() as f64,
@@ -120,13 +120,13 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
             outcome.accesses,
         ))
         .filter(|ns| ns.is_finite())
-        .map(|ns| report::round(ns, 2)),
-        hot_fast_pct: report::round(outcome.last.share.hot_fast_pct, 2),
-        cold_fast_mb: report::round(outcome.last.share.cold_fast_mb, 3),
-        time_to_90_s: outcome.milestones.to_90_s.map(|t| report::round(t, 3)),
-        time_to_99_s: outcome.milestones.to_99_s.map(|t| report::round(t, 3)),
+        .map(|ns| round(ns, 2)),
+        hot_fast_pct: round(outcome.last.share.hot_fast_pct, 2),
+        cold_fast_mb: round(outcome.last.share.cold_fast_mb, 3),
+        time_to_90_s: outcome.milestones.to_90_s.map(|t| round(t, 3)),
+        time_to_99_s: outcome.milestones.to_99_s.map(|t| round(t, 3)),
         workers: outcome.workers,
-        initial_on_node_pct: report::round(initial_on_node_pct, 2),
+        initial_on_node_pct: round(initial_on_node_pct, 2),
         pid,
         node: opts.node,
         hot_pages: plan.hot_count(),
@@ -268,7 +268,7 @@ impl Phase<'_> {
         let period = self.opts.emit.as_ref().map(|e| e.period);
         let mut sampling = self.emitter.map(|e| e.worker(self.pid, tid)).zip(period);
         if let Some((emitter, _)) = sampling.as_mut() {
-            emitter.stamp(sys::monotonic_ns(), sys::current_cpu());
+            emitter.stamp(crate::clock::monotonic_ns(), sys::current_cpu());
         }
         let mut until_sample = sampling.as_ref().map_or(u64::MAX, |(_, period)| *period);
         let mut done = 0u64;
@@ -287,7 +287,7 @@ impl Phase<'_> {
             done += CHUNK;
             count.store(done, Ordering::Relaxed);
             if let Some((emitter, _)) = sampling.as_mut() {
-                emitter.stamp(sys::monotonic_ns(), sys::current_cpu());
+                emitter.stamp(crate::clock::monotonic_ns(), sys::current_cpu());
             }
             if stop.load(Ordering::Relaxed) {
                 break;

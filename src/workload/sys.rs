@@ -156,17 +156,3 @@ pub fn thread_id() -> u32 {
     let tid = unsafe { libc::gettid() };
     tid as u32
 }
-
-/// CLOCK_MONOTONIC in nanoseconds, the clock of the trace's `time_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a live, writable timespec; CLOCK_MONOTONIC always exists on Linux, so
-    // the call only writes `ts`. See `man 2 clock_gettime`.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
-}

@@ -84,12 +84,18 @@ impl WorkerTimes {
         let runqueue_s = total.runqueue_ns as f64 / 1e9;
         let wall_s = elapsed_s * per_thread.len() as f64;
         Some(WorkerTimes {
-            run_s: super::report::round(run_s, 3),
-            runqueue_s: super::report::round(runqueue_s, 3),
-            blocked_s: super::report::round((wall_s - run_s - runqueue_s).max(0.0), 3),
+            run_s: round(run_s, 3),
+            runqueue_s: round(runqueue_s, 3),
+            blocked_s: round((wall_s - run_s - runqueue_s).max(0.0), 3),
             voluntary_switches: total.voluntary_switches,
         })
     }
+}
+
+/// Rounds to `digits` decimals, for readable JSON.
+pub fn round(x: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (x * scale).round() / scale
 }
 
 #[cfg(test)]

@@ -29,8 +29,11 @@ use std::time::{Duration, Instant};
 use sysfs::{Admin, Kdamond, KdamondSpec, Region};
 
 use super::procpid::{self, ManagedPids, Watched};
-use super::{AccessOp, OpenContext, SinkFactory, Source, SourceError, SourceKind, StopToken};
+use super::{OpenContext, Source, SourceError};
+use crate::sample::{AccessOp, SourceKind};
+use crate::sampler::SinkFactory;
 use crate::stats::Counter;
+use crate::stop::StopToken;
 
 const PAGE_SIZE: u64 = 4096;
 
@@ -213,7 +216,7 @@ impl Selection {
     }
 
     /// Who to watch, or `None` when a followed scope is not due for a look (`targets` stay).
-    fn want(&mut self, sink: &mut dyn super::SampleSink, targets: &[u32]) -> Option<Want> {
+    fn want(&mut self, sink: &mut dyn crate::sampler::SampleSink, targets: &[u32]) -> Option<Want> {
         match self {
             Selection::Explicit(pids) => {
                 pids.reap(sink);
@@ -329,7 +332,7 @@ impl Source for DamonSource {
             }
             if targets.is_empty() {
                 // Idle (an empty scope): look again at the next membership check.
-                procpid::wait_until(Instant::now() + RETARGET_EVERY, stop);
+                crate::stop::wait_until(Instant::now() + RETARGET_EVERY, stop);
                 continue;
             }
             if let Err(e) = kdamond.update_snapshot() {

@@ -4,11 +4,11 @@
 use super::caps::CpuModel;
 use super::decode::{decode_data_src, effective_op_data2};
 use super::regs::IbsOpRaw;
+use crate::sample::{AccessOp, DataSource};
 use crate::sampler::hwsample::{
     DropReason, HwSample, LfbMeans, SampleFields, check_cache_hit, check_cpumode, check_data_addr,
     classify_decoded,
 };
-use crate::sampler::{AccessOp, DataSource};
 
 /// What the record parser hands over for one ibs_op sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -149,7 +149,7 @@ fn mem_dtlb(raw: &IbsOpRaw) -> u64 {
 mod tests {
     use super::super::testraw::*;
     use super::*;
-    use crate::sampler::DataSource;
+    use crate::sample::DataSource;
 
     fn decode(b: &RawBuilder, cpu: CpuModel) -> PerfMemDataSrc {
         decode_data_src(&b.parse(), cpu)

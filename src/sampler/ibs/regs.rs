@@ -3,7 +3,7 @@
 
 use super::caps::IbsCaps;
 use super::{fields, flags};
-use crate::sampler::DataSource;
+use crate::sample::DataSource;
 
 /// IbsOpCtl, MSR C001_1033 (§3.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use nix::sys::resource::{UsageWho, getrusage};
 
 use super::period::PeriodControl;
-use crate::sampler::StopToken;
 use crate::sampler::adaptive::{IntervalSignals, PeriodController};
 use crate::stats::{Counter, Stats};
+use crate::stop::StopToken;
 
 /// Length of one controller interval.
 pub const INTERVAL: Duration = Duration::from_secs(1);

@@ -30,10 +30,11 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use self::open::CpuEvents;
 use self::period::PeriodControl;
 use self::record::{Record, SampleFormat, SampleRecord};
-use super::{
-    AccessOp, Sample, SampleSink, SinkFactory, Source, SourceError, SourceKind, StopToken,
-};
+use super::{Source, SourceError};
+use crate::sample::{AccessOp, Sample, SourceKind};
+use crate::sampler::{SampleSink, SinkFactory};
 use crate::stats::Counter;
+use crate::stop::StopToken;
 use crate::topology::SysfsRoot;
 use crate::topology::sysfs::parse_list;
 

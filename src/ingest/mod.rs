@@ -14,17 +14,20 @@ use crossbeam_channel::{Receiver, Sender, TrySendError};
 
 use parking_lot::Mutex;
 
-use super::resolve::{NodeResolver, Resolved};
-use super::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+mod resolve;
+
 use crate::admission::{Admission, LocalAdmission};
-use crate::migrator::CandidateSender;
-use crate::migrator::mover::{Mover, SysMover};
+use crate::hotness::candidate::{Candidate, CandidateSender};
+use crate::hotness::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
+use crate::movepages::{Mover, SysMover};
 use crate::pidstats::{LocalPids, PidStats};
+use crate::sample::{DataSource, Sample};
 use crate::sampler::trace::TraceWriter;
-use crate::sampler::{DataSource, Sample, SampleSink, SinkFactory, SourceKind};
+use crate::sampler::{SampleSink, SinkFactory};
 pub use crate::scope::Scope;
 use crate::stats::{Counter, LocalCounts, Stats};
 use crate::topology::{NodeId, Topology};
+use resolve::{NodeResolver, Resolved};
 
 /// Samples a recorder handles between folds into the shared registry.
 pub const FLUSH_EVERY: u32 = 1024;
@@ -34,17 +37,6 @@ const FLUSH_AFTER_NS: u64 = 100_000_000;
 
 /// Addresses with the top bit set are kernel addresses on x86_64 and arm64.
 const KERNEL_ADDRESS_BIT: u64 = 1 << 63;
-
-/// A page that crossed the threshold, on its way to the migrator of its node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Candidate {
-    pub key: PageKey,
-    pub from_node: NodeId,
-    pub to_node: NodeId,
-    /// Bytes the move is charged at: the base page (the folio size is not known here).
-    pub bytes: u64,
-    pub source: SourceKind,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum NodeClass {
@@ -226,7 +218,7 @@ impl Ingest {
             pending: 0,
             flushed_ns: 0,
             resolver: NodeResolver::new((self.node_lookup)()),
-            resolved: Vec::with_capacity(super::resolve::RESOLVE_BATCH),
+            resolved: Vec::with_capacity(resolve::RESOLVE_BATCH),
             admission: self.admission.as_ref().map(|a| a.local()),
         }
     }
@@ -535,9 +527,10 @@ impl Drop for Recorder {
 mod tests {
     use super::*;
     use crate::hotness::HotPolicy;
-    use crate::migrator::CandidateReceiver;
-    use crate::migrator::mover::fake::FakeMover;
-    use crate::sampler::AccessOp;
+    use crate::hotness::candidate::CandidateReceiver;
+    use crate::movepages::fake::FakeMover;
+    use crate::sample::AccessOp;
+    use crate::sample::SourceKind;
     use crate::topology::SysfsRoot;
 
     fn topology() -> Arc<Topology> {
@@ -567,7 +560,7 @@ mod tests {
             freq_threshold: 2,
             ..HotPolicy::default()
         };
-        let (tx, rx) = crate::migrator::candidate_queue(queue, 1);
+        let (tx, rx) = crate::hotness::candidate::candidate_queue(queue, 1);
         let lookup = FakeMover::default();
         lookup.0.lock().pages.insert((100, 0x7000), 2);
         let ingest = Ingest::new(

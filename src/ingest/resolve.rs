@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use super::PageKey;
-use crate::migrator::mover::{Mover, STATUS_UNWRITTEN};
-use crate::sampler::Sample;
+use crate::movepages::{Mover, STATUS_UNWRITTEN};
+use crate::sample::Sample;
 use crate::topology::NodeId;
 
 /// Samples held back before one round of queries.
@@ -58,7 +58,7 @@ impl NodeResolver {
     }
 
     fn slot(key: PageKey) -> usize {
-        (super::shard::mix(key.raw()) as usize) % CACHE_SLOTS
+        (key.mixed() as usize) % CACHE_SLOTS
     }
 
     /// A recent answer for this page, if any.
@@ -140,8 +140,8 @@ impl NodeResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrator::mover::fake::FakeMover;
-    use crate::sampler::{AccessOp, SourceKind};
+    use crate::movepages::fake::FakeMover;
+    use crate::sample::{AccessOp, SourceKind};
 
     fn sample(pid: u32, vaddr: u64, time_ns: u64) -> Sample {
         Sample::at_address(

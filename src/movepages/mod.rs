@@ -1,6 +1,8 @@
 //! The move_pages(2) seam: the real syscall, or a scripted fake in tests; and the mapping of
 //! every kernel answer to one counted outcome per page.
 
+mod sys;
+
 use nix::errno::Errno;
 
 use crate::stats::Counter;
@@ -32,7 +34,7 @@ impl Mover for SysMover {
         nodes: Option<&[i32]>,
         status: &mut [i32],
     ) -> Result<usize, Errno> {
-        super::sys::move_pages(pid, pages, nodes, status)
+        sys::move_pages(pid, pages, nodes, status)
     }
 }
 
