@@ -36,7 +36,8 @@ use pghotd::sampler::perf::ring::{Ring, RingWriter};
 use pghotd::sampler::perf::{CpuReader, PerfPlan};
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{SysfsRoot, Topology};
-use pghotd::workload::rng::SplitMix64;
+use rand_xoshiro::SplitMix64;
+use rand_xoshiro::rand_core::{Rng, SeedableRng};
 
 const DEFAULT_SAMPLES: usize = 8_000_000;
 const RUNS: usize = 3;
@@ -119,7 +120,7 @@ fn pagefault_record(plan: &PerfPlan, page: u64, time: u64) -> Vec<u8> {
 
 /// Pre-built records, cycled through: generating them is not what is measured.
 fn records(n: usize, make: impl Fn(u64, u64, &mut SplitMix64) -> Vec<u8>) -> Vec<Vec<u8>> {
-    let mut rng = SplitMix64::new(0x5eed);
+    let mut rng = SplitMix64::seed_from_u64(0x5eed);
     (0..n as u64)
         .map(|i| {
             let page = rng.next_u64() % PAGES;

@@ -45,7 +45,8 @@ use pghotd::sampler::trace::{TraceSource, TraceWriter};
 use pghotd::stats::{Counter, Stats};
 use pghotd::stop::StopToken;
 use pghotd::topology::{SysfsRoot, Topology};
-use pghotd::workload::rng::SplitMix64;
+use rand_xoshiro::SplitMix64;
+use rand_xoshiro::rand_core::{Rng, SeedableRng};
 
 const TOPOLOGY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -249,7 +250,7 @@ fn main() {
                 .expect("opening the FIFO for writing");
             let mut out =
                 TraceWriter::new(BufWriter::with_capacity(1 << 16, file)).expect("header");
-            let mut rng = SplitMix64::new(1);
+            let mut rng = SplitMix64::seed_from_u64(1);
             let mut n = 0u64;
             while Instant::now() < deadline {
                 for _ in 0..4096 {
@@ -267,7 +268,7 @@ fn main() {
                     let ingest = &ingest;
                     s.spawn(move || {
                         let mut recorder = ingest.recorder();
-                        let mut rng = SplitMix64::new(t + 1);
+                        let mut rng = SplitMix64::seed_from_u64(t + 1);
                         let mut n = 0u64;
                         // Handed over 32 at a time, as a perf source's CPU thread does.
                         let mut batch = Vec::with_capacity(32);

@@ -15,33 +15,7 @@ use parking_lot::Mutex;
 /// Most processes with counters at once.
 pub const MAX_PIDS: usize = 4096;
 
-/// Counters of one process. Field names are the words used by `stats --json`, `top` and the
-/// metrics (`pghotd_pid_<field>_total`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PidCounts {
-    /// Samples of this process that passed the filters.
-    pub samples: u64,
-    /// Of those, lower-tier samples recorded in the hotness table.
-    pub recorded: u64,
-    /// Pages that crossed `freq_threshold`.
-    pub candidates: u64,
-    /// Pages promoted (or, in a dry run, that would have been).
-    pub promoted_pages: u64,
-    pub promoted_bytes: u64,
-    /// Pages whose promotion failed (any `pgpromote_fail_*` but the watermark).
-    pub fail: u64,
-}
-
-impl PidCounts {
-    fn add(&mut self, other: &PidCounts) {
-        self.samples += other.samples;
-        self.recorded += other.recorded;
-        self.candidates += other.candidates;
-        self.promoted_pages += other.promoted_pages;
-        self.promoted_bytes += other.promoted_bytes;
-        self.fail += other.fail;
-    }
-}
+pub use pghot_protocol::views::PidCounts;
 
 struct Slot {
     counts: PidCounts,

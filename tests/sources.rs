@@ -129,7 +129,7 @@ fn softdirty_follows_a_command_regex() {
     // A copy under a name of its own: other tests run workloads in parallel, and a followed
     // scope takes every process whose name matches.
     let exe = dir.path().join("pghot-sd-comm");
-    std::fs::copy(env!("CARGO_BIN_EXE_pghot-workload"), &exe).unwrap();
+    std::fs::copy(util::workspace_bin("pghot-workload"), &exe).unwrap();
     let stats = dir.path().join("stats.json");
     let _wl = Workload::start_as(Command::new(&exe), "4");
     let mut cmd = util::pghotd();

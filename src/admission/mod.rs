@@ -218,7 +218,7 @@ impl Admission {
             .decisions
             .lock()
             .iter()
-            .map(|(&pid, c)| PidSplitRow::new(pid, &c.decision))
+            .map(|(&pid, c)| split_row(pid, &c.decision))
             .collect();
         pids.sort_unstable_by_key(|r| r.pid);
         AdmissionView {
@@ -296,127 +296,33 @@ impl LocalAdmission {
     }
 }
 
-/// Admission state as the control plane shows it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct AdmissionView {
-    /// `split` is configured.
-    pub split: bool,
-    /// The kernel refused splitting (see the log); THPs are promoted whole.
-    pub split_unavailable: bool,
-    #[serde(rename = "split_contention_MBps")]
-    pub split_contention_mbps: u64,
-    pub nodes: Vec<NodeAdmissionRow>,
-    /// The last split decision per process.
-    pub pids: Vec<PidSplitRow>,
-}
+pub use pghot_protocol::views::{AdmissionView, NodeAdmissionRow, PidSplitRow};
 
-impl AdmissionView {
-    /// One line for `pghotctl top`: split state per slow node, the busiest decisions, and
-    /// what was split or deferred (from the counters).
-    pub fn summary(&self, counter: impl Fn(&str) -> u64) -> String {
-        let mut parts = Vec::new();
-        let split = match (self.split, self.split_unavailable) {
-            (false, _) => "split off".to_string(),
-            (true, true) => "split UNAVAILABLE (whole THPs)".to_string(),
-            (true, false) => format!("split >= {} MB/s", self.split_contention_mbps),
-        };
-        parts.push(split);
-        for n in &self.nodes {
-            let dir = match n.direction {
-                Direction::ReadDominant => "R-dominant",
-                Direction::WriteDominant => "W-dominant",
-                Direction::Balanced => "balanced",
-            };
-            parts.push(format!(
-                "node{} {:.0} MB/s {}{}",
-                n.node,
-                n.mb_per_s,
-                if n.contended { "ACTIVE" } else { "idle" },
-                if n.full_duplex {
-                    format!(" duplex {dir}")
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        for p in self.pids.iter().take(3) {
-            parts.push(match (p.size_kb, p.entropy) {
-                (Some(kb), Some(h)) => format!("pid {} -> {kb}K (H {h:.2})", p.pid),
-                (None, Some(h)) => format!("pid {} flat (H {h:.2})", p.pid),
-                _ => format!("pid {} few samples", p.pid),
-            });
-        }
-        let splits: u64 = [
-            "thp_split_order_64k",
-            "thp_split_order_128k",
-            "thp_split_order_256k",
-            "thp_split_order_512k",
-            "thp_split_order_1m",
-        ]
-        .iter()
-        .map(|n| counter(n))
-        .sum();
-        parts.push(format!(
-            "splits {splits}  subfolios {}/{}  whole {}  deferred W {} R {} thin {}",
-            counter("thp_subfolios_selected"),
-            counter("thp_subfolios_selected") + counter("thp_subfolios_left"),
-            counter("thp_whole_promotions"),
-            counter("admission_deferred_write_heavy"),
-            counter("admission_deferred_read_heavy"),
-            counter("pgpromote_deferred_few_samples"),
-        ));
-        format!("admission: {}", parts.join("  "))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct NodeAdmissionRow {
-    pub node: NodeId,
-    /// Estimated slow-tier bandwidth from the samples.
-    pub mb_per_s: f64,
-    /// Splitting is active for candidates from this node.
-    pub contended: bool,
-    pub direction: Direction,
-    pub full_duplex: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct PidSplitRow {
-    pub pid: u32,
-    /// `few_samples`, `flat`, or `split`.
-    pub decision: String,
-    pub entropy: Option<f64>,
-    /// Split target in KiB (2048: the whole THP is dense).
-    pub size_kb: Option<u32>,
-    pub hot_subfolios: Option<u32>,
-}
-
-impl PidSplitRow {
-    fn new(pid: u32, d: &SplitDecision) -> PidSplitRow {
-        let round = |e: f64| (e * 1000.0).round() / 1000.0;
-        match d {
-            SplitDecision::FewSamples { .. } => PidSplitRow {
-                pid,
-                decision: "few_samples".into(),
-                entropy: None,
-                size_kb: None,
-                hot_subfolios: None,
-            },
-            SplitDecision::Flat { entropy } => PidSplitRow {
-                pid,
-                decision: "flat".into(),
-                entropy: Some(round(*entropy)),
-                size_kb: None,
-                hot_subfolios: None,
-            },
-            SplitDecision::Split(p) => PidSplitRow {
-                pid,
-                decision: "split".into(),
-                entropy: Some(round(p.entropy)),
-                size_kb: Some(4 << p.order),
-                hot_subfolios: Some(p.hot_subfolios.len() as u32),
-            },
-        }
+/// The control plane's row for a process's last split decision.
+fn split_row(pid: u32, d: &SplitDecision) -> PidSplitRow {
+    let round = |e: f64| (e * 1000.0).round() / 1000.0;
+    match d {
+        SplitDecision::FewSamples { .. } => PidSplitRow {
+            pid,
+            decision: "few_samples".into(),
+            entropy: None,
+            size_kb: None,
+            hot_subfolios: None,
+        },
+        SplitDecision::Flat { entropy } => PidSplitRow {
+            pid,
+            decision: "flat".into(),
+            entropy: Some(round(*entropy)),
+            size_kb: None,
+            hot_subfolios: None,
+        },
+        SplitDecision::Split(p) => PidSplitRow {
+            pid,
+            decision: "split".into(),
+            entropy: Some(round(p.entropy)),
+            size_kb: Some(4 << p.order),
+            hot_subfolios: Some(p.hot_subfolios.len() as u32),
+        },
     }
 }
 

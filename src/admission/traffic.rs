@@ -21,45 +21,36 @@ pub const WINDOW_NS: u64 = 1_000_000_000;
 /// Fewest samples a window needs before its direction is trusted.
 pub const MIN_DIRECTION_SAMPLES: u64 = 64;
 
-/// Which way a node's traffic leans (paper Table 2 columns).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    ReadDominant,
-    Balanced,
-    WriteDominant,
+pub use pghot_protocol::views::Direction;
+
+fn direction_from_u8(v: u8) -> Direction {
+    match v {
+        1 => Direction::ReadDominant,
+        2 => Direction::WriteDominant,
+        _ => Direction::Balanced,
+    }
 }
 
-impl Direction {
-    fn from_u8(v: u8) -> Direction {
-        match v {
-            1 => Direction::ReadDominant,
-            2 => Direction::WriteDominant,
-            _ => Direction::Balanced,
-        }
+fn direction_to_u8(d: Direction) -> u8 {
+    match d {
+        Direction::Balanced => 0,
+        Direction::ReadDominant => 1,
+        Direction::WriteDominant => 2,
     }
+}
 
-    fn to_u8(self) -> u8 {
-        match self {
-            Direction::Balanced => 0,
-            Direction::ReadDominant => 1,
-            Direction::WriteDominant => 2,
-        }
+/// The direction of `loads` and `stores` when one side has at least `dominant` of them.
+pub fn direction_of(loads: u64, stores: u64, dominant: f64) -> Direction {
+    let total = loads + stores;
+    if total < MIN_DIRECTION_SAMPLES {
+        return Direction::Balanced;
     }
-
-    /// The direction of `loads` and `stores` when one side has at least `dominant` of them.
-    pub fn of(loads: u64, stores: u64, dominant: f64) -> Direction {
-        let total = loads + stores;
-        if total < MIN_DIRECTION_SAMPLES {
-            return Direction::Balanced;
-        }
-        if loads as f64 >= dominant * total as f64 {
-            Direction::ReadDominant
-        } else if stores as f64 >= dominant * total as f64 {
-            Direction::WriteDominant
-        } else {
-            Direction::Balanced
-        }
+    if loads as f64 >= dominant * total as f64 {
+        Direction::ReadDominant
+    } else if stores as f64 >= dominant * total as f64 {
+        Direction::WriteDominant
+    } else {
+        Direction::Balanced
     }
 }
 
@@ -115,7 +106,7 @@ impl NodeTraffic {
             let per_s = bytes / (span as f64 / 1e9);
             self.bytes_per_s.store(per_s as u64, Ordering::Relaxed);
             self.direction.store(
-                Direction::of(w.loads, w.stores, dominant).to_u8(),
+                direction_to_u8(direction_of(w.loads, w.stores, dominant)),
                 Ordering::Relaxed,
             );
             self.windows.fetch_add(1, Ordering::Relaxed);
@@ -130,7 +121,7 @@ impl NodeTraffic {
     pub fn reading(&self) -> TrafficReading {
         TrafficReading {
             mb_per_s: self.bytes_per_s.load(Ordering::Relaxed) as f64 / (1 << 20) as f64,
-            direction: Direction::from_u8(self.direction.load(Ordering::Relaxed)),
+            direction: direction_from_u8(self.direction.load(Ordering::Relaxed)),
             windows: self.windows.load(Ordering::Relaxed),
         }
     }
@@ -155,10 +146,10 @@ mod tests {
 
     #[test]
     fn direction_needs_a_dominant_share_and_enough_samples() {
-        assert_eq!(Direction::of(80, 20, 0.7), Direction::ReadDominant);
-        assert_eq!(Direction::of(20, 80, 0.7), Direction::WriteDominant);
-        assert_eq!(Direction::of(60, 40, 0.7), Direction::Balanced);
-        assert_eq!(Direction::of(10, 0, 0.7), Direction::Balanced);
+        assert_eq!(direction_of(80, 20, 0.7), Direction::ReadDominant);
+        assert_eq!(direction_of(20, 80, 0.7), Direction::WriteDominant);
+        assert_eq!(direction_of(60, 40, 0.7), Direction::Balanced);
+        assert_eq!(direction_of(10, 0, 0.7), Direction::Balanced);
         let t = NodeTraffic::default();
         t.add(900, 100, (1, 1 + WINDOW_NS), 1, 0.7);
         assert_eq!(t.reading().direction, Direction::ReadDominant);

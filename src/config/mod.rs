@@ -35,9 +35,7 @@ use admission::{AdmissionArgs, RawAdmission};
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
 pub const DEFAULT_RUN_DIR: &str = "/run/pghotd";
 
-/// Where the control socket lives unless `control_socket` says otherwise (FHS: runtime state
-/// under /run; systemd's `RuntimeDirectory=pghotd` makes the directory).
-pub const DEFAULT_CONTROL_SOCKET: &str = "/run/pghotd/pghotd.sock";
+pub use pghot_protocol::DEFAULT_CONTROL_SOCKET;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::plane::ControlPlane;
-use super::protocol::Snapshot;
 use super::{ControlError, ServiceThread, wait_readable};
 use crate::stop::StopToken;
+use pghot_protocol::Snapshot;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -162,7 +162,7 @@ pub fn render(snap: &Snapshot) -> String {
             w.sample("pghotd_node_mem_free_bytes", &labels, free * 1024);
         }
     }
-    type Field = fn(&super::protocol::PidRow) -> u64;
+    type Field = fn(&pghot_protocol::PidRow) -> u64;
     let pid_counters: [(&str, Field); 6] = [
         ("samples", |p| p.counts.samples),
         ("recorded", |p| p.counts.recorded),
@@ -176,7 +176,7 @@ pub fn render(snap: &Snapshot) -> String {
         ("hot", |p| p.hot),
         ("hot_slow", |p| p.hot_slow),
     ];
-    let labels = |p: &super::protocol::PidRow| (p.pid.to_string(), p.comm.clone());
+    let labels = |p: &pghot_protocol::PidRow| (p.pid.to_string(), p.comm.clone());
     for (field, get) in pid_counters {
         let family = format!("pghotd_pid_{field}");
         w.family(&family, "counter", &format!("per-process {field}"));
@@ -288,8 +288,8 @@ fn answer(mut stream: TcpStream, plane: &ControlPlane) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::protocol::{NodeRow, PidRow};
     use crate::pidstats::PidCounts;
+    use pghot_protocol::{NodeRow, PidRow};
 
     #[test]
     fn names_labels_and_escaping() {

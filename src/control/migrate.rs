@@ -15,13 +15,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::protocol::MigrateReport;
 use crate::hotness::PAGE_SIZE;
 use crate::migrator::ratelimit::{Clock, RateLimits};
 use crate::movepages::{Mover, STATUS_UNWRITTEN};
 use crate::stats::{Counter, Stats};
 use crate::stop::StopToken;
 use crate::topology::{NodeId, Topology};
+use pghot_protocol::MigrateReport;
 
 /// Pages per query and move call.
 const CHUNK_PAGES: usize = 512;

@@ -28,11 +28,9 @@
 //! other processes' addresses (config set, pause, resume, reload, migrate, record) need the peer
 //! (SO_PEERCRED) to be root or a member of `pghot`.
 
-pub mod client;
 pub mod metrics;
 pub mod migrate;
 mod plane;
-pub mod protocol;
 pub mod server;
 
 pub use plane::{ControlParts, ControlPlane, ReloadFrom};

@@ -10,10 +10,6 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::migrate::{self, MigrateOptions};
-use super::protocol::{
-    ErrorBody, ErrorKind, NodeRow, PidRow, RangeRow, RangesView, ReloadReport, Request, Snapshot,
-    StatusReport,
-};
 use crate::config::{Config, TunableArgs};
 use crate::hotness::HotTable;
 use crate::ingest::Ingest;
@@ -25,6 +21,10 @@ use crate::scope::guard::GuardedMover;
 use crate::stats::{Counter, Stats};
 use crate::stop::StopToken;
 use crate::topology::{NodeId, Topology};
+use pghot_protocol::{
+    ErrorBody, ErrorKind, NodeRow, PidRow, RangeRow, RangesView, ReloadReport, Request, Snapshot,
+    StatusReport,
+};
 
 /// Keys that take effect while the daemon runs; every other key needs a restart.
 pub const RUNTIME_KEYS: &[&str] = &[
@@ -402,7 +402,7 @@ impl ControlPlane {
         pid: u32,
         from: &[NodeId],
         to: NodeId,
-    ) -> Result<super::protocol::MigrateReport, ErrorBody> {
+    ) -> Result<pghot_protocol::MigrateReport, ErrorBody> {
         let rate = self.config.lock().migrator.promote_rate_limit_mbps;
         let opts = MigrateOptions {
             pid,

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::plane::ControlPlane;
-use super::protocol::{ErrorBody, ErrorKind, MAX_REQUEST_BYTES, Request, Response, parse_request};
 use super::{ControlError, ServiceThread, wait_readable};
 use crate::sampler::trace::TraceWriter;
 use crate::stats::Counter;
 use crate::stop::StopToken;
+use pghot_protocol::{ErrorBody, ErrorKind, MAX_REQUEST_BYTES, Request, Response, parse_request};
 
 /// Connections served at once; more get a `busy` answer and are closed.
 pub const MAX_CONNECTIONS: usize = 16;
@@ -238,7 +238,7 @@ impl Drop for ActiveGuard {
 }
 
 /// What reading a request line gave.
-pub(crate) enum Line {
+pub enum Line {
     Request(Vec<u8>),
     TooLong,
     Closed,
@@ -246,14 +246,20 @@ pub(crate) enum Line {
 
 /// Reads newline-framed requests of at most [`MAX_REQUEST_BYTES`]; the rest of an over-long
 /// line is read and thrown away, so the next request on the connection still parses.
-pub(crate) struct LineReader {
+pub struct LineReader {
     buf: Vec<u8>,
     start: usize,
     discarding: bool,
 }
 
+impl Default for LineReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl LineReader {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         LineReader {
             buf: Vec::with_capacity(4096),
             start: 0,
@@ -261,7 +267,7 @@ impl LineReader {
         }
     }
 
-    pub(crate) fn next(&mut self, stream: &mut impl Read, stop: &StopToken) -> Line {
+    pub fn next(&mut self, stream: &mut impl Read, stop: &StopToken) -> Line {
         loop {
             if let Some(i) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
                 let line = self.buf[self.start..self.start + i].to_vec();
@@ -382,7 +388,7 @@ impl Drop for TapGuard<'_> {
 
 /// A `record` request's `duration_s`: positive and finite, and within what a `Duration` holds
 /// (`Duration::from_secs_f64` panics past that; `1e300` once killed the connection thread).
-pub(crate) fn record_duration(s: f64) -> Result<Duration, ErrorBody> {
+pub fn record_duration(s: f64) -> Result<Duration, ErrorBody> {
     Duration::try_from_secs_f64(s)
         .ok()
         .filter(|d| !d.is_zero())

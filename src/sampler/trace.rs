@@ -404,7 +404,7 @@ impl TraceSource {
 
 /// Reads one line into `line` (without the newline), at most [`MAX_LINE_BYTES`]; the rest of an
 /// over-long line is consumed and reported. `Ok(false)` at end of input.
-pub(crate) fn read_line_bounded(
+pub fn read_line_bounded(
     reader: &mut impl BufRead,
     line: &mut Vec<u8>,
 ) -> io::Result<Option<Result<(), TraceLineError>>> {

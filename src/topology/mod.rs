@@ -19,7 +19,7 @@ pub use physmap::PhysMap;
 pub use sysfs::SysfsRoot;
 
 /// A NUMA node id. The kernel's MAX_NUMNODES is at most 1024.
-pub type NodeId = u16;
+pub use pghot_protocol::NodeId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {

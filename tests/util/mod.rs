@@ -1,13 +1,45 @@
-//! Shared harness for the integration tests: run `pghotd`, show everything on failure.
+//! Shared harness for the integration tests: run `pghotd`, `pghotctl` and `pghot-workload`,
+//! show everything on failure. The root package's tests use it as `mod util`; the tools'
+//! tests (crates/pghotctl/tests, crates/pghot-workload/tests) include this same file with
+//! `#[path]`.
 
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The workspace root: the nearest directory above the including package that holds the
+/// shared fixtures (the root package itself, or two levels above a crate under crates/).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("tests/fixtures/sysfs").is_dir())
+        .expect("tests/fixtures/sysfs above this package")
+        .to_path_buf()
+}
+
 /// The 3-node QEMU sysfs snapshot: nodes 0-1 DRAM with a CPU each, node 2 CPU-less lower tier.
 pub fn qemu_3node() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node")
+    workspace_root().join("tests/fixtures/sysfs/qemu-3node")
+}
+
+/// A binary of any workspace member. Cargo names only the test's own package's binaries
+/// (`CARGO_BIN_EXE_*`), so the others are found beside the test executable
+/// (target/PROFILE/deps/TEST -> target/PROFILE/NAME). `cargo test` at the root builds every
+/// member's binaries first: the members with integration tests get their binaries built.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/PROFILE/deps");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo test` at the workspace root, which builds every member",
+        path.display()
+    );
+    path
 }
 
 /// `pghotd` with a control socket of its own (tests run in parallel; the default
@@ -33,19 +65,19 @@ pub fn replay(trace: &Path) -> Command {
 
 /// `pghotd` without arguments.
 pub fn pghotd_bare() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotd"));
+    let mut cmd = Command::new(workspace_bin("pghotd"));
     cmd.env_remove("RUST_LOG");
     cmd
 }
 
 pub fn pghotctl(socket: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_pghotctl"));
+    let mut cmd = Command::new(workspace_bin("pghotctl"));
     cmd.arg("--socket").arg(socket);
     cmd
 }
 
 pub fn workload() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pghot-workload"))
+    Command::new(workspace_bin("pghot-workload"))
 }
 
 /// Runs a command and returns its output, panicking with cmd/stdout/stderr if `expect_ok`

@@ -1,0 +1,278 @@
+//! Fuzz entry points: one function per untrusted-input parser, taking arbitrary bytes.
+//!
+//! The same functions run under cargo-fuzz (this crate's `fuzz/`, nightly, long runs) and under
+//! proptest in this crate's `tests/fuzz.rs` (stable, a fixed short budget in `cargo test`), so both exercise one body.
+//! Each feeds the bytes through the real parsing path and then checks a property beyond "does
+//! not panic": a round trip, a bound or a count. A violated property panics, which both
+//! harnesses report with the input.
+//!
+//! Targets: [`perf_records`] (ring drain, record parser, IBS and page-fault decoders),
+//! [`ibs_raw`] (the IBS RAW payload and classification), [`trace`] (line framing and the line
+//! parser), [`config`] (the TOML config file) and [`control`] (request framing and parsing).
+
+use std::io::BufReader;
+use std::path::Path;
+
+use pghot_protocol::{MAX_REQUEST_BYTES, Request, parse_request};
+use pghotd::config::Config;
+use pghotd::sample::{Sample, SourceKind};
+use pghotd::sampler::SampleSink;
+use pghotd::sampler::hwsample::SampleFields;
+use pghotd::sampler::ibs::{CpuModel, IbsInput, IbsOpRaw, classify};
+use pghotd::sampler::perf::record::{self, Record, SampleFormat};
+use pghotd::sampler::perf::ring::{Ring, RingWriter};
+use pghotd::sampler::perf::{CpuReader, PerfPlan};
+use pghotd::sampler::trace::{
+    MAX_LINE_BYTES, TraceWriter, parse_line, parse_sample_period, read_line_bounded,
+};
+use pghotd::stats::Counter;
+
+/// CPU models whose errata change the IBS decode: none, Zen 2 (erratum 1293), Zen 4.
+const CPUS: [CpuModel; 3] = [
+    CpuModel::UNKNOWN,
+    CpuModel {
+        family: 0x17,
+        model: 0x31,
+    },
+    CpuModel {
+        family: 0x19,
+        model: 0x11,
+    },
+];
+
+/// Splits off a little-endian u64 from the front (zero-padded when short).
+fn take_u64(data: &[u8]) -> (u64, &[u8]) {
+    let n = data.len().min(8);
+    let mut word = [0u8; 8];
+    word[..n].copy_from_slice(&data[..n]);
+    (u64::from_le_bytes(word), &data[n..])
+}
+
+/// A sink that checks what the reader hands it.
+struct CheckingSink {
+    kind: SourceKind,
+    samples: u64,
+}
+
+impl SampleSink for CheckingSink {
+    fn record(&mut self, sample: &Sample) {
+        assert_eq!(
+            sample.source, self.kind,
+            "a sample from another source kind"
+        );
+        if matches!(self.kind, SourceKind::Ibs) {
+            // The IBS decoder drops kernel and null data addresses before the sink.
+            assert!(
+                sample.vaddr != 0 && sample.vaddr >> 63 == 0,
+                "IBS sample with data address {:#x}",
+                sample.vaddr
+            );
+        }
+        self.samples += 1;
+    }
+
+    fn count(&mut self, _: Counter, _: u64) {}
+}
+
+/// Perf ring bytes: the first byte picks a decoding plan (IBS on one of three CPU models, or
+/// page faults), the next eight a `sample_type` for the bare record parser, and the rest is
+/// written into an in-memory ring as the kernel would and drained by the per-CPU reader.
+pub fn perf_records(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let plan: PerfPlan = match pick % 4 {
+        3 => pghotd::sampler::pagefault::plan(&Default::default()),
+        i => pghotd::sampler::hwplan::ibs_decoding_plan(CPUS[usize::from(i)]),
+    };
+    let (sample_type, body) = take_u64(rest);
+
+    // The bare parser under any supported format: a RAW slice never leaves its record.
+    if let Ok(format) = SampleFormat::new(sample_type) {
+        for chunk in body.chunks(64) {
+            if let Ok(Record::Sample(s)) = record::parse(chunk, format)
+                && let Some(raw) = s.raw
+            {
+                let (start, end) = (chunk.as_ptr() as usize, raw.as_ptr() as usize);
+                assert!(end >= start && end + raw.len() <= start + chunk.len());
+            }
+        }
+    }
+
+    // The reader over a ring: at most one record per 8 bytes, every sample of the plan's kind.
+    const RING_BYTES: usize = 1 << 16;
+    let Ok(mut ring) = Ring::in_memory(RING_BYTES) else {
+        return;
+    };
+    let mut bytes = body[..body.len().min(RING_BYTES)].to_vec();
+    bytes.resize(bytes.len().next_multiple_of(8), 0);
+    assert!(RingWriter::new(&ring).push_unchecked(&bytes));
+    let mut sink = CheckingSink {
+        kind: plan.kind,
+        samples: 0,
+    };
+    let records = CpuReader::new(&plan, 0).drain_ring(&mut ring, &mut sink);
+    // A corrupt header ends the drain with an error (and `drain_ring` reports 0 records), so
+    // bound both by the bytes: every record is at least 8.
+    assert!(records <= bytes.len() / 8);
+    assert!(sink.samples <= (bytes.len() / 8) as u64);
+    assert_eq!(ring.pending(), 0, "a drain leaves nothing behind");
+}
+
+/// An IBS RAW payload after the kernel-decoded fields (misc, addr, phys_addr, data_src,
+/// weight: 8 bytes each), classified with and without RAW on each CPU model.
+pub fn ibs_raw(data: &[u8]) {
+    let (misc, rest) = take_u64(data);
+    let (addr, rest) = take_u64(rest);
+    let (phys_addr, rest) = take_u64(rest);
+    let (data_src, rest) = take_u64(rest);
+    let (weight, raw) = take_u64(rest);
+    if let Ok(parsed) = IbsOpRaw::parse(raw) {
+        assert_eq!(IbsOpRaw::parse(raw), Ok(parsed), "parsing is deterministic");
+    }
+    let sample = SampleFields {
+        misc: misc as u16,
+        ip: 0,
+        pid: 1,
+        addr,
+        phys_addr,
+        data_src,
+        weight,
+    };
+    for cpu in CPUS {
+        for raw in [Some(raw), None] {
+            if let Ok(hw) = classify(&IbsInput { sample, raw, cpu }) {
+                assert!(
+                    hw.vaddr != 0 && hw.vaddr >> 63 == 0,
+                    "vaddr {:#x}",
+                    hw.vaddr
+                );
+            }
+        }
+    }
+}
+
+/// Trace text: framed by the source's bounded line reader (buffer size from the first byte),
+/// each line parsed; a parsed sample (or `# sample_period` line) written back by `TraceWriter`
+/// parses to the same.
+pub fn trace(data: &[u8]) {
+    let Some((&cap, text)) = data.split_first() else {
+        return;
+    };
+    let mut reader = BufReader::with_capacity(usize::from(cap).max(1), text);
+    let mut line = Vec::new();
+    let mut lines = 0;
+    while let Ok(Some(outcome)) = read_line_bounded(&mut reader, &mut line) {
+        lines += 1;
+        if outcome.is_err() {
+            continue;
+        }
+        assert!(line.len() <= MAX_LINE_BYTES && !line.contains(&b'\n'));
+        // A period line round-trips through the writer too.
+        if let Some(Ok(period)) = std::str::from_utf8(&line)
+            .ok()
+            .and_then(parse_sample_period)
+        {
+            let mut writer = TraceWriter::continuing(Vec::new());
+            let _ = writer.write_sample_period(period);
+            let written = String::from_utf8(writer.into_inner()).unwrap_or_default();
+            assert_eq!(
+                parse_sample_period(written.trim_end_matches('\n')),
+                Some(Ok(period)),
+                "period round trip through {written:?}"
+            );
+            continue;
+        }
+        let Ok(Some(sample)) = std::str::from_utf8(&line)
+            .map(parse_line)
+            .unwrap_or(Ok(None))
+        else {
+            continue;
+        };
+        let Ok(mut writer) = TraceWriter::new(Vec::new()) else {
+            continue;
+        };
+        if writer.write_sample(&sample).is_err() {
+            continue;
+        }
+        let written = String::from_utf8(writer.into_inner()).unwrap_or_default();
+        let back: Vec<_> = written
+            .lines()
+            .filter_map(|l| parse_line(l).ok()?)
+            .collect();
+        assert_eq!(back, [sample], "round trip through {written:?}");
+    }
+    let newlines = text.iter().filter(|&&b| b == b'\n').count();
+    let unterminated = usize::from(!text.is_empty() && !text.ends_with(b"\n"));
+    assert_eq!(lines, newlines + unterminated, "every line framed once");
+}
+
+/// A config file; an accepted one gives back the same configuration when each value that
+/// `config get` shows is set again through `config set`'s path.
+pub fn config(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let mut parsed = Config::default();
+    if parsed.apply_file(Path::new("fuzz.toml"), text).is_err() {
+        return;
+    }
+    let mut again = Config::default();
+    for (key, value) in parsed.values() {
+        // `config get` shows an unset option as null; the file spells an off socket `""`.
+        let text = match (key, &value) {
+            ("control_socket", serde_json::Value::Null) => "\"\"".to_string(),
+            (_, serde_json::Value::Null) => continue,
+            _ => value.to_string(),
+        };
+        again = match again.with_setting(key, &text) {
+            Ok(c) => c,
+            Err(e) => panic!("{key} = {value} was accepted in a file but not by config set: {e}"),
+        };
+    }
+    assert_eq!(again.values(), parsed.values(), "config from {text:?}");
+}
+
+/// Control connection bytes, framed as the server frames them: a request that parses
+/// serializes to a line that parses to the same request.
+pub fn control(data: &[u8]) {
+    use pghotd::control::server::{Line, LineReader};
+    let mut reader = LineReader::new();
+    let mut input = data;
+    let stop = pghotd::stop::StopToken::new();
+    loop {
+        let bytes = match reader.next(&mut input, &stop) {
+            Line::Closed => break,
+            Line::TooLong => continue, // answered with an error
+            Line::Request(bytes) => bytes,
+        };
+        assert!(bytes.len() < MAX_REQUEST_BYTES);
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            continue;
+        };
+        let Ok(request) = parse_request(text.trim()) else {
+            continue;
+        };
+        let line = request.to_line();
+        let back = parse_request(line.trim_end());
+        match (&request, &back) {
+            // serde_json's float parsing may land one ULP off the printed value.
+            (
+                Request::Record {
+                    duration_s: Some(a),
+                },
+                Ok(Request::Record {
+                    duration_s: Some(b),
+                }),
+            ) => assert!((a - b).abs() <= a.abs() * 1e-15, "{line}"),
+            _ => assert_eq!(back.ok(), Some(request.clone()), "{line}"),
+        }
+        if let Request::Record {
+            duration_s: Some(s),
+        } = request
+        {
+            // What the server does with it: an answer, never a panic.
+            let _ = pghotd::control::server::record_duration(s);
+        }
+    }
+}

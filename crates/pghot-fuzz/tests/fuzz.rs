@@ -1,0 +1,251 @@
+//! The fuzz targets of `pghot_fuzz` under proptest: a fixed, short budget in `cargo test`
+//! (`PGHOT_FUZZ_CASES` per strategy, default 1500; the long runs use cargo-fuzz, see
+//! `fuzz/README.md`). Each target gets random bytes and a structured strategy that produces
+//! mostly well-formed input with damage, since random bytes rarely get past a text parser's
+//! first field. Failures are shrunk by proptest; a minimal input found by either harness is
+//! added to `regressions` below.
+
+use pghot_fuzz as fuzz;
+use pghotd::sampler::hwplan::{ibs_decoding_plan, ibs_raw};
+use pghotd::sampler::ibs::CpuModel;
+use pghotd::sampler::perf::record::build;
+use proptest::prelude::*;
+use proptest::test_runner::Config;
+
+fn cases() -> u32 {
+    std::env::var("PGHOT_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500)
+}
+
+fn config() -> Config {
+    Config {
+        cases: cases(),
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
+fn bytes(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..max)
+}
+
+/// Overwrites a few bytes of `base` at chosen positions (positions wrap around).
+fn damaged(base: Vec<u8>, hits: Vec<(usize, u8)>) -> Vec<u8> {
+    let mut out = base;
+    if !out.is_empty() {
+        let n = out.len();
+        for (at, b) in hits {
+            out[at % n] = b;
+        }
+    }
+    out
+}
+
+/// Well-formed IBS sample records (random registers) and LOST/THROTTLE records in a ring,
+/// some bytes damaged.
+fn perf_input() -> impl Strategy<Value = Vec<u8>> {
+    let record = prop_oneof![
+        8 => (any::<[u64; 7]>(), any::<u32>(), any::<u16>(), any::<u64>()).prop_map(
+            |(msrs, caps, misc, phys)| {
+                let raw = ibs_raw(caps, msrs);
+                let mut s = build::empty();
+                s.misc = misc & 7;
+                s.pid = 4242;
+                s.addr = msrs[5];
+                s.phys_addr = phys;
+                s.raw = Some(&raw);
+                build::sample(ibs_decoding_plan(CpuModel::UNKNOWN).format, &s)
+            }
+        ),
+        1 => any::<u64>().prop_map(build::lost),
+        1 => (any::<bool>(), any::<u64>()).prop_map(|(u, t)| build::throttle(u, t)),
+    ];
+    (
+        0u8..3,
+        proptest::collection::vec(record, 0..8),
+        proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+    )
+        .prop_map(|(plan, records, hits)| {
+            let mut out = vec![plan];
+            out.extend_from_slice(&(1u64 << 10 | 1 << 7).to_le_bytes()); // RAW | TID
+            let ring: Vec<u8> = records.concat();
+            out.extend(damaged(ring, hits));
+            out
+        })
+}
+
+fn trace_line() -> impl Strategy<Value = String> {
+    let field = prop_oneof![
+        any::<u64>().prop_map(|n| n.to_string()),
+        any::<u64>().prop_map(|n| format!("{n:#x}")),
+        Just("-".to_string()),
+        prop::sample::select(vec!["L", "S", "l1", "dram", "extmem", "unknown", "#", "0x"])
+            .prop_map(str::to_string),
+        "[0-9a-zx#-]{0,24}",
+    ];
+    proptest::collection::vec(field, 0..12).prop_map(|f| f.join(" "))
+}
+
+fn trace_input() -> impl Strategy<Value = Vec<u8>> {
+    (any::<u8>(), proptest::collection::vec(trace_line(), 0..6)).prop_map(|(cap, lines)| {
+        let mut out = vec![cap];
+        out.extend(lines.join("\n").into_bytes());
+        out
+    })
+}
+
+const CONFIG_KEYS: &[&str] = &[
+    "enabled_sources",
+    "target_nid",
+    "freq_threshold",
+    "promote_window_ms",
+    "promote_rate_limit_MBps",
+    "promote_min_free_pct",
+    "migrate_interval_ms",
+    "migrate_batch",
+    "max_tracked_pages",
+    "heat_halflife_ms",
+    "pids",
+    "dry_run",
+    "sysfs_root",
+    "perf.ring_pages",
+    "pagefault.period",
+    "ibs.period",
+    "ibs.count_ops",
+    "ibs.l3miss_only",
+    "ibs.ldlat",
+    "ibs.user_only",
+    "pebs.period",
+    "pebs.ldlat",
+    "pebs.stores",
+    "softdirty_interval_ms",
+    "softdirty_scan_budget_pages",
+    "damon_sample_us",
+    "damon_aggr_us",
+    "damon_min_regions",
+    "damon_max_regions",
+    "damon_max_samples",
+    "control_socket",
+    "metrics_listen",
+];
+
+fn toml_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        any::<i64>().prop_map(|n| n.to_string()),
+        (0u64..5000).prop_map(|n| n.to_string()),
+        any::<f64>().prop_map(|n| format!("{n:?}")),
+        any::<bool>().prop_map(|b| b.to_string()),
+        prop::sample::select(vec![
+            "\"auto\"",
+            "\"/tmp/x\"",
+            "\"127.0.0.1:9100\"",
+            "[\"ibs\", \"trace:/tmp/t\"]",
+            "[1, 2, 3]",
+            "[]",
+            "{}",
+            "\"\"",
+            "\"trace:\"",
+            "[\"damon\"]",
+        ])
+        .prop_map(str::to_string),
+        "\"[ -~]{0,16}\"",
+    ]
+}
+
+fn config_input() -> impl Strategy<Value = Vec<u8>> {
+    let line = (prop::sample::select(CONFIG_KEYS), toml_value()).prop_map(|(k, v)| {
+        // `a.b = v` and `[a] b = v` both name a nested key.
+        format!("{k} = {v}")
+    });
+    proptest::collection::vec(line, 0..6).prop_map(|l| l.join("\n").into_bytes())
+}
+
+fn control_input() -> impl Strategy<Value = Vec<u8>> {
+    let req = prop::sample::select(pghot_protocol::KNOWN_REQUESTS);
+    let extra = prop_oneof![
+        Just(String::new()),
+        (
+            prop::sample::select(vec![
+                "pid",
+                "limit",
+                "key",
+                "value",
+                "from",
+                "to",
+                "duration_s"
+            ]),
+            prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                any::<f64>().prop_map(|n| format!("{n:e}")),
+                Just("null".to_string()),
+                Just("[0, 1]".to_string()),
+                "\"[ -~]{0,8}\"",
+            ]
+        )
+            .prop_map(|(k, v)| format!(",\"{k}\":{v}")),
+    ];
+    let line = (req, extra.clone(), extra, 0u8..3)
+        .prop_map(|(r, a, b, v)| format!("{{\"v\":{v},\"req\":\"{r}\"{a}{b}}}"));
+    proptest::collection::vec(line, 0..5).prop_map(|l| l.join("\n").into_bytes())
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn perf_records_random(data in bytes(1024)) { fuzz::perf_records(&data) }
+
+    #[test]
+    fn perf_records_structured(data in perf_input()) { fuzz::perf_records(&data) }
+
+    #[test]
+    fn ibs_raw_random(data in bytes(128)) { fuzz::ibs_raw(&data) }
+
+    #[test]
+    fn ibs_raw_structured(
+        fields in any::<[u64; 5]>(), caps in any::<u32>(), msrs in any::<[u64; 7]>()
+    ) {
+        let mut data: Vec<u8> = fields.iter().flat_map(|f| f.to_le_bytes()).collect();
+        data.extend(ibs_raw(caps, msrs));
+        fuzz::ibs_raw(&data)
+    }
+
+    #[test]
+    fn trace_random(data in bytes(512)) { fuzz::trace(&data) }
+
+    #[test]
+    fn trace_structured(data in trace_input()) { fuzz::trace(&data) }
+
+    #[test]
+    fn config_random(data in bytes(256)) { fuzz::config(&data) }
+
+    #[test]
+    fn config_structured(data in config_input()) { fuzz::config(&data) }
+
+    #[test]
+    fn control_random(data in bytes(512)) { fuzz::control(&data) }
+
+    #[test]
+    fn control_structured(data in control_input()) { fuzz::control(&data) }
+}
+
+/// Inputs that once broke a target, named by what they broke.
+mod regressions {
+    use super::fuzz;
+
+    /// `record` with a duration past what `Duration` holds panicked the connection thread
+    /// (`Duration::from_secs_f64` on 1e300).
+    #[test]
+    fn record_duration_beyond_duration_max() {
+        fuzz::control(b"{\"v\":1,\"req\":\"record\",\"duration_s\":1e300}\n");
+    }
+
+    /// An off control socket reads back as null from `config get`; the round trip must turn it
+    /// into `""` again rather than drop it (found by `config_structured`).
+    #[test]
+    fn control_socket_off_round_trips() {
+        fuzz::config(b"control_socket = \"\"");
+    }
+}

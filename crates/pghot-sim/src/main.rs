@@ -1,0 +1,292 @@
+//! pghot-sim: the policy lab. Runs the seed's workload shapes against pghotd's real hotness
+//! table and migrator on a simulated two-tier memory, and reports coverage of the hot set,
+//! over-promotion, promoted bytes, time to 90/99 % and the daemon's CPU.
+//!
+//! ```text
+//! pghot-sim --workload pointer-chase --period auto --json
+//! pghot-sim --compare pointer-chase      # the seed's comparison table
+//! ```
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use pghot_sim::workload::Shape;
+use pghot_sim::{CostModel, PeriodSetting, PghotdPolicy, Policy, Report, SimParams, run};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PolicyArg {
+    Baseline,
+    Numab2,
+    Damon,
+    Pghotd,
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    version,
+    about = "Policy lab: pghotd's real code on a simulated two-tier memory"
+)]
+struct Args {
+    /// Workload shape.
+    #[arg(long, value_enum, default_value = "pointer-chase")]
+    workload: Shape,
+    /// Who promotes.
+    #[arg(long, value_enum, default_value = "pghotd")]
+    policy: PolicyArg,
+    /// pghotd's sampling period: "auto" or a number of ops.
+    #[arg(long, default_value = "auto", value_parser = parse_period)]
+    period: PeriodArg,
+    /// CPU budget of the auto period, % of one core.
+    #[arg(long, default_value_t = 5.0)]
+    cpu_budget_pct: f64,
+    /// Samples within the window that make a page a candidate.
+    #[arg(long, default_value_t = 2)]
+    freq_threshold: u16,
+    /// Promotion window, ms.
+    #[arg(long, default_value_t = 60_000)]
+    promote_window_ms: u32,
+    /// Demote the coldest pages pghotd promoted when the fast tier runs low.
+    #[arg(long)]
+    demote: bool,
+    /// Divide every size (pages, sample and migration rates) by this.
+    #[arg(long, default_value_t = 64.0)]
+    scale: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulated seconds.
+    #[arg(long, default_value_t = 240.0)]
+    duration: f64,
+    /// Seconds between timeline rows.
+    #[arg(long, default_value_t = 10.0)]
+    report_every: f64,
+    /// Daemon CPU per 4 KiB page moved, ns (default 2500).
+    #[arg(long)]
+    migrate_cpu_ns: Option<f64>,
+    /// Print one JSON object per run instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Print the timeline of each run too.
+    #[arg(long)]
+    timeline: bool,
+    /// Run the comparison set for this workload: baseline, NUMAB2, DAMON, pghot at periods
+    /// 10000 and 5008 (threshold 1, like the seed), and pghotd's policies.
+    #[arg(long, value_enum)]
+    compare: Option<Shape>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PeriodArg {
+    Auto,
+    Fixed(u64),
+}
+
+fn parse_period(s: &str) -> Result<PeriodArg, String> {
+    if s == "auto" {
+        return Ok(PeriodArg::Auto);
+    }
+    match s.parse::<u64>() {
+        Ok(p) if p > 0 => Ok(PeriodArg::Fixed(p)),
+        _ => Err(format!(
+            "'{s}': expected \"auto\" or a period of at least 1"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    // Written so that NaN fails too.
+    let valid = args.scale >= 1.0 && args.duration > 0.0 && args.report_every > 0.0;
+    if !valid {
+        eprintln!(
+            "pghot-sim: --scale must be >= 1, --duration and --report-every > 0 (got {}, {}, {})",
+            args.scale, args.duration, args.report_every
+        );
+        return ExitCode::from(2);
+    }
+    let mut costs = CostModel::default();
+    if let Some(ns) = args.migrate_cpu_ns {
+        costs.migrate_cpu_ns = ns;
+    }
+    let base = SimParams {
+        label: String::new(),
+        shape: args.compare.unwrap_or(args.workload),
+        scale: args.scale,
+        seed: args.seed,
+        duration_s: args.duration,
+        policy: Policy::Baseline,
+        costs,
+        report_every_s: args.report_every,
+    };
+    let pghotd = |period, threshold, demote| PghotdPolicy {
+        period,
+        freq_threshold: threshold,
+        promote_window_ms: args.promote_window_ms,
+        demote,
+    };
+    let runs: Vec<SimParams> = match args.compare {
+        Some(_) => {
+            let auto = PeriodSetting::Auto {
+                cpu_budget_pct: args.cpu_budget_pct,
+            };
+            [
+                ("baseline", Policy::Baseline),
+                ("NUMAB2-like", Policy::Numab2),
+                ("DAMON-like", Policy::Damon),
+                (
+                    "pghot p10000 thr1",
+                    Policy::Pghotd(pghotd(PeriodSetting::Fixed(10_000), 1, false)),
+                ),
+                (
+                    "pghot p5008 thr1",
+                    Policy::Pghotd(pghotd(PeriodSetting::Fixed(5008), 1, false)),
+                ),
+                (
+                    "pghotd p5008 thr2",
+                    Policy::Pghotd(pghotd(PeriodSetting::Fixed(5008), 2, args.demote)),
+                ),
+                (
+                    "pghotd auto thr1",
+                    Policy::Pghotd(pghotd(auto, 1, args.demote)),
+                ),
+                (
+                    "pghotd auto thr2",
+                    Policy::Pghotd(pghotd(auto, 2, args.demote)),
+                ),
+            ]
+            .into_iter()
+            .map(|(label, policy)| SimParams {
+                label: label.into(),
+                policy,
+                ..base.clone()
+            })
+            .collect()
+        }
+        None => {
+            let period = match args.period {
+                PeriodArg::Auto => PeriodSetting::Auto {
+                    cpu_budget_pct: args.cpu_budget_pct,
+                },
+                PeriodArg::Fixed(p) => PeriodSetting::Fixed(p),
+            };
+            let (label, policy) = match args.policy {
+                PolicyArg::Baseline => ("baseline".to_string(), Policy::Baseline),
+                PolicyArg::Numab2 => ("NUMAB2-like".to_string(), Policy::Numab2),
+                PolicyArg::Damon => ("DAMON-like".to_string(), Policy::Damon),
+                PolicyArg::Pghotd => (
+                    format!("pghotd {}", period_name(period)),
+                    Policy::Pghotd(pghotd(period, args.freq_threshold, args.demote)),
+                ),
+            };
+            vec![SimParams {
+                label,
+                policy,
+                ..base
+            }]
+        }
+    };
+    let mut reports = Vec::new();
+    for params in &runs {
+        let report = run(params);
+        if args.json {
+            match serde_json::to_string(&report) {
+                Ok(line) => println!("{line}"),
+                Err(e) => {
+                    eprintln!("pghot-sim: writing JSON: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        } else if args.timeline {
+            print_timeline(&report);
+        }
+        reports.push(report);
+    }
+    if !args.json {
+        print_table(&reports);
+    }
+    ExitCode::SUCCESS
+}
+
+fn period_name(p: PeriodSetting) -> String {
+    match p {
+        PeriodSetting::Auto { cpu_budget_pct } => format!("auto ({cpu_budget_pct}%)"),
+        PeriodSetting::Fixed(p) => format!("p{p}"),
+    }
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.prec$}"))
+}
+
+fn print_table(reports: &[Report]) {
+    let Some(first) = reports.first() else {
+        return;
+    };
+    println!(
+        "{} at 1/{} scale, {} s, seed {} (sizes and CPU are full-size equivalents)",
+        first.workload, first.scale, first.duration_s, first.seed
+    );
+    println!(
+        "{:<20} {:>7} {:>7} {:>7} {:>7} {:>9} {:>7} {:>7} {:>6} {:>6} {:>6} {:>7}",
+        "run",
+        "cover%",
+        "over%",
+        "seed-ov",
+        "fastGB",
+        "promotMB",
+        "t90 s",
+        "t99 s",
+        "cpu%",
+        "peak%",
+        "lat ns",
+        "period"
+    );
+    for r in reports {
+        println!(
+            "{:<20} {:>7.1} {:>7.1} {:>7.1} {:>7.1} {:>9.0} {:>7} {:>7} {:>6} {:>6} {:>6.0} {:>7}",
+            r.label,
+            r.coverage_pct,
+            r.over_promotion_pct,
+            r.placement_over_pct,
+            r.fast_gb,
+            r.promoted_mb,
+            opt(r.time_to_90_s, 1),
+            opt(r.time_to_99_s, 1),
+            opt(r.cpu_pct, 1),
+            opt(r.cpu_peak_pct, 1),
+            r.latency_ns,
+            r.period_final.map_or("-".into(), |p| p.to_string()),
+        );
+    }
+    for r in reports.iter().filter(|r| !r.recovery_95_s.is_empty()) {
+        let rec: Vec<String> = r.recovery_95_s.iter().map(|s| opt(*s, 1)).collect();
+        println!(
+            "{}: recovery to 95 % after each shift (s): {}; fast tier peak {:.1}% used, \
+             watermark {}",
+            r.label,
+            rec.join(" "),
+            r.fast_peak_used_pct,
+            if r.watermark_kept { "kept" } else { "CROSSED" }
+        );
+    }
+}
+
+fn print_timeline(r: &Report) {
+    println!("{} ({})", r.label, r.workload);
+    println!(
+        "{:>7} {:>7} {:>7} {:>9} {:>8} {:>6} {:>6}",
+        "t s", "cover%", "over%", "promotMB", "period", "cpu%", "lat"
+    );
+    for row in &r.timeline {
+        println!(
+            "{:>7.0} {:>7.1} {:>7.1} {:>9.0} {:>8} {:>6} {:>6.0}",
+            row.t_s,
+            row.coverage_pct,
+            row.over_promotion_pct,
+            row.promoted_mb,
+            row.period.map_or("-".into(), |p| p.to_string()),
+            opt(row.cpu_pct, 1),
+            row.latency_ns
+        );
+    }
+}

@@ -1,0 +1,528 @@
+//! `pghotctl`: talks to a running pghotd over its control socket.
+//!
+//! Exit codes: 0 done, 1 pghotd answered with an error, 2 usage, 3 pghotd cannot be reached
+//! (not running, or the socket is not accessible). A closed stdout (`| head`) is success.
+
+mod view;
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use pghot_protocol::NodeId;
+use pghot_protocol::client::{Client, ClientError};
+use pghot_protocol::{
+    DEFAULT_TOP_PIDS, MigrateReport, ReloadReport, Request, Snapshot, StatusReport,
+};
+
+/// Watches and steers a running pghotd.
+#[derive(Debug, Parser)]
+#[command(name = "pghotctl", version)]
+struct Cli {
+    /// The daemon's control socket.
+    #[arg(long, global = true, value_name = "PATH", default_value = pghot_protocol::DEFAULT_CONTROL_SOCKET)]
+    socket: PathBuf,
+    /// Print the daemon's JSON answer instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Sources in use and why, targets, tiers and nodes, uptime, paused or not.
+    Status,
+    /// Every counter (names as in `pghotd --stats-json`), with rates under --watch.
+    Stats {
+        /// Print again every SECS seconds with per-second rates.
+        #[arg(long, value_name = "SECS")]
+        watch: Option<f64>,
+        /// Also list the per-process counters.
+        #[arg(long)]
+        pids: bool,
+    },
+    /// Live view: rates, node fill, processes, hottest ranges (q quits, ? for keys).
+    Top {
+        /// Refresh interval.
+        #[arg(long, value_name = "SECS", default_value = "1")]
+        interval: f64,
+        /// Print one snapshot (JSON with --json) and exit.
+        #[arg(long)]
+        once: bool,
+        /// With --once: include the hottest ranges of this process.
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+    },
+    /// Read or change tunables.
+    Config {
+        #[command(subcommand)]
+        op: ConfigOp,
+    },
+    /// Stop promoting (candidates are still counted, as pgpromote_paused).
+    Pause,
+    /// Promote again.
+    Resume,
+    /// Re-read the config file given at start (like SIGHUP).
+    Reload,
+    /// Move every page of a process on the --from nodes to --to, rate-limited like promotions.
+    Migrate {
+        #[arg(long)]
+        pid: u32,
+        /// Source nodes, comma-separated (e.g. 2,3).
+        #[arg(long, value_delimiter = ',', required = true)]
+        from: Vec<NodeId>,
+        #[arg(long)]
+        to: NodeId,
+    },
+    /// Record the samples pghotd receives into a pghot-trace v1 file (replay it with
+    /// `pghotd --source trace:FILE --dry-run`).
+    Record {
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Stop after this many seconds [default: until Ctrl-C].
+        #[arg(long, value_name = "SECS")]
+        duration: Option<f64>,
+    },
+    /// Print the man page or a shell completion script (used to build packages).
+    #[command(hide = true)]
+    Generate { kind: pghotd::generate::Generated },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigOp {
+    /// Print one key, or all.
+    Get { key: Option<String> },
+    /// Set a runtime tunable; validated like the config file.
+    Set { key: String, value: String },
+}
+
+const EXIT_DAEMON: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_UNREACHABLE: u8 = 3;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && io.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("pghotctl: {e:#}");
+            let code = match e.downcast_ref::<ClientError>() {
+                Some(ClientError::Daemon(_)) => EXIT_DAEMON,
+                Some(ClientError::NotRunning { .. } | ClientError::Permission { .. }) => {
+                    EXIT_UNREACHABLE
+                }
+                Some(_) => EXIT_UNREACHABLE,
+                None if e.downcast_ref::<UsageError>().is_some() => EXIT_USAGE,
+                None => EXIT_DAEMON,
+            };
+            ExitCode::from(code)
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct UsageError(String);
+
+fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, v)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn run(cli: &Cli) -> anyhow::Result<()> {
+    let connect = || Client::connect(&cli.socket);
+    match &cli.command {
+        Command::Status => {
+            let v = connect()?.request(&Request::Status)?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let s: StatusReport = serde_json::from_value(v)?;
+            print_status(&s)
+        }
+        Command::Stats { watch, pids } => stats(cli, *watch, *pids),
+        Command::Top {
+            interval,
+            once,
+            pid,
+        } => {
+            if *once {
+                let v = connect()?.request(&Request::Top {
+                    pid: *pid,
+                    limit: DEFAULT_TOP_PIDS,
+                })?;
+                return print_json(&v);
+            }
+            let interval = positive_secs(*interval, "--interval")?;
+            // Fail early, before the terminal switches, when the daemon is not there.
+            connect()?;
+            let mut daemon = LiveDaemon {
+                path: cli.socket.clone(),
+                client: None,
+            };
+            crate::view::term::run(&mut daemon, interval).context("terminal")
+        }
+        Command::Config { op } => {
+            let mut client = connect()?;
+            match op {
+                ConfigOp::Get { key } => {
+                    let v = client.request(&Request::ConfigGet { key: key.clone() })?;
+                    if cli.json {
+                        return print_json(&v);
+                    }
+                    let mut out = std::io::stdout().lock();
+                    for (k, v) in v.as_object().into_iter().flatten() {
+                        writeln!(out, "{k} = {v}")?;
+                    }
+                    Ok(())
+                }
+                ConfigOp::Set { key, value } => {
+                    let v = client.request(&Request::ConfigSet {
+                        key: key.clone(),
+                        value: value.clone(),
+                    })?;
+                    if cli.json {
+                        return print_json(&v);
+                    }
+                    let r: ReloadReport = serde_json::from_value(v)?;
+                    if r.applied.is_empty() {
+                        println!("{key}: unchanged");
+                    } else {
+                        println!("{key} = {value}: applied");
+                    }
+                    Ok(())
+                }
+            }
+        }
+        Command::Pause | Command::Resume => {
+            let req = if matches!(cli.command, Command::Pause) {
+                Request::Pause
+            } else {
+                Request::Resume
+            };
+            let v = connect()?.request(&req)?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let paused = v["paused"].as_bool().unwrap_or(false);
+            println!("promotion {}", if paused { "paused" } else { "running" });
+            Ok(())
+        }
+        Command::Reload => {
+            let v = connect()?.request(&Request::Reload)?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let r: ReloadReport = serde_json::from_value(v)?;
+            println!(
+                "reloaded {}",
+                r.file
+                    .as_deref()
+                    .unwrap_or("(no config file; defaults and flags)")
+            );
+            println!("  applied: {}", list(&r.applied));
+            println!(
+                "  needs restart (running value kept): {}",
+                list(&r.needs_restart)
+            );
+            Ok(())
+        }
+        Command::Migrate { pid, from, to } => {
+            let v = connect()?.request(&Request::Migrate {
+                pid: *pid,
+                from: from.clone(),
+                to: *to,
+            })?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let r: MigrateReport = serde_json::from_value(v)?;
+            println!(
+                "pid {}: {} of {} pages moved to node {} ({:.1} MiB), {} failed, {:.2}s ({:.2}s waiting for the rate limit){}",
+                r.pid,
+                r.moved_pages,
+                r.pages_found,
+                r.to,
+                r.moved_bytes as f64 / f64::from(1 << 20),
+                r.failed_pages,
+                r.elapsed_s,
+                r.ratelimit_wait_s,
+                r.stopped
+                    .map_or(String::new(), |s| format!("; stopped early: {s}"))
+            );
+            Ok(())
+        }
+        Command::Record { output, duration } => record(cli, output, *duration),
+        Command::Generate { kind } => {
+            use clap::CommandFactory;
+            pghotd::generate::write(*kind, Cli::command(), "1", &mut std::io::stdout().lock())?;
+            Ok(())
+        }
+    }
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn positive_secs(secs: f64, flag: &str) -> anyhow::Result<Duration> {
+    if secs.is_finite() && secs > 0.0 {
+        Ok(Duration::from_secs_f64(secs))
+    } else {
+        Err(UsageError(format!(
+            "{flag} {secs}: must be a positive number of seconds"
+        ))
+        .into())
+    }
+}
+
+fn print_status(s: &StatusReport) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "pghotd {} (pid {}), up {:.0}s",
+        s.version, s.pid, s.uptime_s
+    )?;
+    writeln!(
+        out,
+        "promotion: {}{}",
+        if s.paused { "paused" } else { "running" },
+        if s.dry_run {
+            " (dry run: nothing is moved)"
+        } else {
+            ""
+        }
+    )?;
+    writeln!(
+        out,
+        "config: {}",
+        s.config_file
+            .as_deref()
+            .unwrap_or("none (defaults and flags)")
+    )?;
+    writeln!(
+        out,
+        "sources: {} (from {})",
+        list(&s.sources),
+        s.sources_from
+    )?;
+    writeln!(out, "target: {}", s.target)?;
+    writeln!(out, "nodes:")?;
+    for n in &s.nodes {
+        writeln!(
+            out,
+            "  node{} {:<5} cpus {:<3} mem {} MiB, free {}{}",
+            n.node,
+            n.tier,
+            n.cpus,
+            n.mem_total_kb / 1024,
+            n.mem_free_kb
+                .map_or("?".into(), |f| format!("{} MiB", f / 1024)),
+            n.queue_depth
+                .map_or(String::new(), |q| format!(", queue {q}"))
+        )?;
+    }
+    writeln!(out, "socket: {}", s.socket)?;
+    writeln!(
+        out,
+        "metrics: {}",
+        s.metrics_listen.as_deref().unwrap_or("off")
+    )?;
+    Ok(())
+}
+
+fn stats(cli: &Cli, watch: Option<f64>, pids: bool) -> anyhow::Result<()> {
+    let mut client = Client::connect(&cli.socket)?;
+    let Some(watch) = watch else {
+        let v = client.request(&Request::Stats)?;
+        if cli.json {
+            return print_json(&v);
+        }
+        let snap: Snapshot = serde_json::from_value(v)?;
+        return print_stats(&snap, None, pids);
+    };
+    let every = positive_secs(watch, "--watch")?;
+    let mut prev: Option<Snapshot> = None;
+    loop {
+        let started = Instant::now();
+        let snap: Snapshot = client.call(&Request::Stats)?;
+        if cli.json {
+            // One JSON object per line: the counters and their rates since the last line.
+            let rates = prev.as_ref().map(|p| rates(p, &snap));
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer(
+                &mut out,
+                &serde_json::json!({
+                    "counters": snap.counters, "rates": rates, "uptime_s": snap.uptime_s,
+                }),
+            )?;
+            writeln!(out)?;
+            out.flush()?;
+        } else {
+            print_stats(&snap, prev.as_ref(), pids)?;
+        }
+        prev = Some(snap);
+        std::thread::sleep(every.saturating_sub(started.elapsed()));
+    }
+}
+
+fn rates(prev: &Snapshot, cur: &Snapshot) -> std::collections::BTreeMap<String, f64> {
+    let dt = (cur.uptime_s - prev.uptime_s).max(1e-9);
+    cur.counters
+        .iter()
+        .map(|(k, &v)| (k.clone(), v.saturating_sub(prev.counter(k)) as f64 / dt))
+        .collect()
+}
+
+fn print_stats(snap: &Snapshot, prev: Option<&Snapshot>, pids: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let rates = prev.map(|p| rates(p, snap));
+    if prev.is_some() {
+        writeln!(out, "--- up {:.1}s", snap.uptime_s)?;
+    }
+    for (name, value) in &snap.counters {
+        match &rates {
+            Some(r) => writeln!(
+                out,
+                "{name:<32} {value:>14} {:>12.1}/s",
+                r.get(name).unwrap_or(&0.0)
+            )?,
+            None => writeln!(out, "{name:<32} {value:>14}")?,
+        }
+    }
+    if pids {
+        writeln!(
+            out,
+            "\n{:>7} {:<16} {:>10} {:>9} {:>10} {:>8} {:>8} {:>14} {:>6}",
+            "pid",
+            "comm",
+            "samples",
+            "recorded",
+            "candidates",
+            "hot",
+            "hot_slow",
+            "promoted_bytes",
+            "fail"
+        )?;
+        for p in &snap.pids {
+            writeln!(
+                out,
+                "{:>7} {:<16} {:>10} {:>9} {:>10} {:>8} {:>8} {:>14} {:>6}",
+                p.pid,
+                p.comm,
+                p.counts.samples,
+                p.counts.recorded,
+                p.counts.candidates,
+                p.hot,
+                p.hot_slow,
+                p.counts.promoted_bytes,
+                p.counts.fail
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn record(cli: &Cli, output: &Path, duration: Option<f64>) -> anyhow::Result<()> {
+    if let Some(d) = duration {
+        positive_secs(d, "--duration")?;
+    }
+    let mut client = Client::connect(&cli.socket)?;
+    client.request(&Request::Record {
+        duration_s: duration,
+    })?;
+    let mut file = std::io::BufWriter::new(
+        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,
+    );
+    let mut reader = client.into_reader();
+    let mut samples = 0u64;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // The daemon ends the stream (duration, or it stops); Ctrl-C ends pghotctl, and the
+        // buffered lines are lost with it, so --duration is the way to a complete file.
+        let n = reader
+            .read_line(&mut line)
+            .with_context(|| format!("reading the recording from {}", cli.socket.display()))?;
+        if n == 0 {
+            break;
+        }
+        if !line.starts_with('#') {
+            samples += 1;
+        }
+        file.write_all(line.as_bytes())
+            .with_context(|| format!("writing {}", output.display()))?;
+    }
+    file.flush()
+        .with_context(|| format!("writing {}", output.display()))?;
+    eprintln!(
+        "pghotctl: {samples} samples written to {}",
+        output.display()
+    );
+    Ok(())
+}
+
+/// The view's daemon: one connection, re-made when it breaks.
+struct LiveDaemon {
+    path: PathBuf,
+    client: Option<Client>,
+}
+
+impl LiveDaemon {
+    fn call(&mut self, req: &Request) -> Result<serde_json::Value, String> {
+        let client = match self.client.as_mut() {
+            Some(c) => c,
+            None => self
+                .client
+                .insert(Client::connect(&self.path).map_err(first_line)?),
+        };
+        match client.request(req) {
+            Ok(v) => Ok(v),
+            Err(ClientError::Daemon(e)) => Err(e.message),
+            Err(e) => {
+                self.client = None;
+                Err(first_line(e))
+            }
+        }
+    }
+}
+
+/// The error without its hint paragraph, for the view's one line.
+fn first_line(e: ClientError) -> String {
+    e.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+impl crate::view::term::Daemon for LiveDaemon {
+    fn snapshot(&mut self, ranges_of: Option<u32>) -> Result<Snapshot, String> {
+        let v = self.call(&Request::Top {
+            pid: ranges_of,
+            limit: DEFAULT_TOP_PIDS,
+        })?;
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    fn set_paused(&mut self, paused: bool) -> Result<bool, String> {
+        let v = self.call(if paused {
+            &Request::Pause
+        } else {
+            &Request::Resume
+        })?;
+        Ok(v["paused"].as_bool().unwrap_or(paused))
+    }
+}

@@ -1,0 +1,169 @@
+//! Golden-text tests of the view, drawn into ratatui's TestBackend from fixed snapshots.
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+use super::*;
+use pghot_protocol::PidCounts;
+use pghot_protocol::{NodeRow, RangeRow, RangesView};
+
+fn snapshot(uptime_s: f64, total: u64, dropped: u64, bytes0: u64, samples: [u64; 3]) -> Snapshot {
+    let pid = |pid: u32, comm: &str, samples: u64, hot: u64, hot_slow: u64, promoted: u64| PidRow {
+        pid,
+        comm: comm.into(),
+        counts: PidCounts {
+            samples,
+            recorded: samples,
+            candidates: promoted,
+            promoted_pages: promoted,
+            promoted_bytes: promoted * 4096,
+            fail: pid as u64 % 3,
+        },
+        tracked_pages: hot * 2,
+        hot,
+        hot_slow,
+    };
+    Snapshot {
+        counters: [
+            ("hwhint_total_events".to_string(), total),
+            ("hwhint_dropped_events".to_string(), dropped),
+            ("pgpromote_bytes_node0".to_string(), bytes0),
+        ]
+        .into_iter()
+        .collect(),
+        uptime_s,
+        paused: false,
+        dry_run: true,
+        sources: vec!["trace:/run/pghot.fifo".into()],
+        promote_rate_limit_mbps: 64,
+        tracked_pages: 12_345,
+        max_tracked_pages: 1 << 20,
+        nodes: vec![
+            NodeRow {
+                node: 0,
+                tier: "top".into(),
+                cpus: 1,
+                mem_total_kb: 1_030_716,
+                mem_free_kb: Some(515_358),
+                queue_depth: None,
+            },
+            NodeRow {
+                node: 2,
+                tier: "lower".into(),
+                cpus: 0,
+                mem_total_kb: 1_048_576,
+                mem_free_kb: Some(943_718),
+                queue_depth: Some(3),
+            },
+        ],
+        pids: vec![
+            pid(4242, "redis-server", samples[0], 512, 40, 2560),
+            pid(977, "postgres", samples[1], 1200, 900, 256),
+            pid(31337, "memcached", samples[2], 8, 8, 0),
+        ],
+        pids_omitted: 0,
+        ranges: None,
+        admission: None,
+    }
+}
+
+fn app() -> App {
+    let mut app = App::default();
+    app.update(snapshot(60.0, 100_000, 100, 0, [50_000, 20_000, 1_000]));
+    app.update(snapshot(
+        62.0,
+        124_000,
+        124,
+        20 << 20,
+        [62_000, 30_000, 1_100],
+    ));
+    app
+}
+
+fn draw(app: &App, w: u16, h: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
+    terminal.draw(|f| render(f, app)).unwrap();
+    let buf = terminal.backend().buffer().clone();
+    let mut out = String::new();
+    for y in 0..h {
+        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Compares with a golden file; `PGHOTD_BLESS=1 cargo test` rewrites it (review the diff).
+fn assert_golden(got: &str, name: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/view/golden")
+        .join(name);
+    if std::env::var_os("PGHOTD_BLESS").is_some() {
+        std::fs::write(&path, got).unwrap();
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(got, want, "{} differs; got:\n{got}", path.display());
+}
+
+#[test]
+fn processes_at_80x24() {
+    assert_golden(&draw(&app(), 80, 24), "processes-80x24.txt");
+}
+
+#[test]
+fn sorting_selection_ranges_and_help() {
+    let mut app = app();
+    app.sort = SortKey::HotSlow;
+    assert_eq!(app.selected_pid(), Some(977));
+    app.sort = SortKey::SamplesPerSec;
+    assert_eq!(app.selected_pid(), Some(4242), "6000/s beats 5000/s");
+    let mut snap = app.current.clone().unwrap();
+    snap.paused = true;
+    snap.ranges = Some(RangesView {
+        pid: 4242,
+        comm: "redis-server".into(),
+        ranges: vec![
+            RangeRow {
+                start: 0x7f00_0000_0000,
+                end: 0x7f00_0010_0000,
+                pages: 256,
+                heat: 1234.5,
+                node: Some(2),
+                slow_pages: 256,
+            },
+            RangeRow {
+                start: 0x5555_0000_0000,
+                end: 0x5555_0000_2000,
+                pages: 2,
+                heat: 7.0,
+                node: None,
+                slow_pages: 1,
+            },
+        ],
+    });
+    app.current = Some(snap);
+    app.mode = Mode::Ranges(4242);
+    assert_golden(&draw(&app, 80, 24), "ranges-80x24.txt");
+    app.help = true;
+    let got = draw(&app, 80, 24);
+    assert!(got.contains("s        sort by the next column"), "\n{got}");
+}
+
+#[test]
+fn degrades_when_small_or_without_a_daemon() {
+    let got = draw(&app(), 40, 8);
+    assert!(got.starts_with("terminal 40x8 is too small"), "\n{got}");
+    let mut app = App {
+        error: Some("no pghotd is listening on /run/pghotd/pghotd.sock".into()),
+        ..App::default()
+    };
+    let got = draw(&app, 80, 24);
+    assert!(got.starts_with("no pghotd is listening"), "\n{got}");
+    // Data already shown stays, marked stale.
+    app.current = Some(snapshot(1.0, 1, 0, 0, [1, 1, 1]));
+    let got = draw(&app, 80, 24);
+    assert!(
+        got.lines().nth(1).unwrap().starts_with("STALE: no pghotd"),
+        "\n{got}"
+    );
+}

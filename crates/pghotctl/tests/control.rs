@@ -1,0 +1,635 @@
+//! The control plane through the real binaries: protocol over the socket, permissions with a
+//! non-root peer, config set / reload / SIGHUP, pause, metrics scraped over loopback, record
+//! then replay, and `pghotctl top` driven in tmux.
+
+#[path = "../../../tests/util/mod.rs"]
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A dry-run pghotd reading a FIFO, with its own socket, stopped when dropped.
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+    fifo: Option<std::fs::File>,
+}
+
+impl Daemon {
+    fn start(extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("ctl.sock");
+        let fifo = dir.path().join("samples.fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let child = util::pghotd_bare()
+            .arg("--source")
+            .arg(format!("trace:{}", fifo.display()))
+            .args(["--dry-run", "--sysfs-root"])
+            .arg(util::qemu_3node())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--stats-json")
+            .arg(dir.path().join("stats.json"))
+            .args(extra)
+            .stderr(Stdio::from(
+                std::fs::File::create(dir.path().join("pghotd.log")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while UnixStream::connect(&socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "no socket; log:\n{}",
+                log_of(dir.path())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Keep a writer open so the source does not end between feeds.
+        let w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        Daemon {
+            child,
+            dir,
+            socket,
+            fifo: Some(w),
+        }
+    }
+
+    fn feed(&mut self, text: &str) {
+        let w = self.fifo.as_mut().unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+        w.flush().unwrap();
+    }
+
+    fn ctl(&self) -> Command {
+        util::pghotctl(&self.socket)
+    }
+
+    fn log(&self) -> String {
+        log_of(self.dir.path())
+    }
+
+    /// Closes the FIFO so the source ends; waits for the exit.
+    fn finish(mut self) -> serde_json::Map<String, serde_json::Value> {
+        self.fifo = None;
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status}; log:\n{}", self.log());
+        util::counters(&self.dir.path().join("stats.json"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn log_of(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("pghotd.log")).unwrap_or_default()
+}
+
+/// `pages` pages of `pid` on the lower tier, `times` samples each, 10 ms apart in sample time.
+fn trace(pid: u32, pages: u64, times: u64) -> String {
+    let mut t = String::new();
+    let mut time = 5_000_000_000u64;
+    for _ in 0..times {
+        for page in 0..pages {
+            time += 10_000_000 / pages.max(1);
+            t.push_str(&format!(
+                "{time} 0 {pid} {pid} {:#x} - L extmem 2\n",
+                0x7f00_0000_0000u64 + page * 4096
+            ));
+        }
+    }
+    t
+}
+
+fn stdout(cmd: &mut Command) -> String {
+    String::from_utf8(util::run(cmd, true).stdout).unwrap()
+}
+
+/// Polls `stats --json` until `pred` holds.
+fn wait_counters(d: &Daemon, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&stdout(d.ctl().args(["stats", "--json"]))).unwrap();
+        if pred(&v["counters"]) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "counters never matched: {v:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn protocol_round_trip_with_bad_requests_on_one_connection() {
+    let d = Daemon::start(&[]);
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut big = vec![b'x'; 70 * 1024];
+    big.push(b'\n');
+    s.write_all(b"not json\n{\"v\":1,\"req\":\"fly\"}\n{\"v\":9,\"req\":\"stats\"}\n")
+        .unwrap();
+    s.write_all(&big).unwrap();
+    s.write_all(b"\xff\xfe\n{\"v\":1,\"req\":\"config_get\",\"key\":\"freq_threshold\"}\n")
+        .unwrap();
+    let mut r = BufReader::new(s);
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        answers.push(serde_json::from_str::<serde_json::Value>(&line).unwrap());
+    }
+    let kinds: Vec<&str> = answers[..5]
+        .iter()
+        .map(|a| a["error"]["kind"].as_str().unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "bad_request",
+            "unknown_request",
+            "unsupported_version",
+            "too_large",
+            "bad_request"
+        ]
+    );
+    assert!(
+        answers[1]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown request 'fly'")
+    );
+    assert!(
+        answers[3]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("64 KiB")
+    );
+    assert_eq!(answers[5]["ok"]["freq_threshold"], 2);
+    // The daemon is unharmed and counted it all.
+    let v = wait_counters(&d, |c| c["control_errors"] == 5);
+    assert!(v["counters"]["control_requests"].as_u64().unwrap() >= 6);
+    // `stats --json` has the `--stats-json` shape.
+    assert!(v["counters"]["hwhint_total_events"].is_u64());
+}
+
+#[test]
+fn a_non_root_peer_may_read_but_not_change() {
+    let d = Daemon::start(&[]);
+    let meta = std::fs::metadata(&d.socket).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    let as_nobody = |args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_pghotctl"))
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(args);
+        cmd
+    };
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // 0660 root:root: nobody cannot even connect, and is told why.
+    let out = util::run_code(&mut as_nobody(&["status"]), 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("permission denied") && err.contains("pghot"),
+        "{err}"
+    );
+    // With the socket opened to everyone, reads work and changes are refused by SO_PEERCRED.
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = util::run(&mut as_nobody(&["status"]), true);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("promotion: running"));
+    for args in [
+        &["pause"][..],
+        &["config", "set", "freq_threshold", "3"],
+        &["reload"],
+        &["record", "-o", "/dev/null", "--duration", "1"],
+    ] {
+        let out = util::run_code(&mut as_nobody(args), 1);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("needs root or membership in group pghot (you are uid 65534)"),
+            "{args:?}: {err}"
+        );
+    }
+    assert!(stdout(d.ctl().arg("status")).contains("promotion: running"));
+}
+
+#[test]
+fn config_set_reload_sighup_and_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("pghotd.toml");
+    std::fs::write(&config, "freq_threshold = 2\n").unwrap();
+    let mut d = Daemon::start(&["--config", config.to_str().unwrap()]);
+    stdout(d.ctl().args(["config", "set", "freq_threshold", "3"]));
+    assert_eq!(
+        stdout(d.ctl().args(["config", "get", "freq_threshold"])),
+        "freq_threshold = 3\n"
+    );
+    let out = util::run_code(d.ctl().args(["config", "set", "migrate_batch", "0"]), 1);
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("config set: migrate_batch = 0 is out of range; allowed 1..=65536")
+    );
+    let out = util::run_code(
+        d.ctl().args(["config", "set", "max_tracked_pages", "4096"]),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot change while pghotd runs"));
+    let out = util::run_code(d.ctl().args(["config", "set", "target_nid", "2"]), 1);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node 2 is not a top-tier memory node"));
+
+    // SIGHUP re-reads the file: the file's value replaces the one set at runtime.
+    std::fs::write(&config, "freq_threshold = 4\n").unwrap();
+    let pid = nix::unistd::Pid::from_raw(d.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while stdout(d.ctl().args(["config", "get", "freq_threshold"])) != "freq_threshold = 4\n" {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A restart-only key is reported; an invalid file changes nothing and says where.
+    std::fs::write(&config, "freq_threshold = 5\nmax_tracked_pages = 4096\n").unwrap();
+    let out = stdout(d.ctl().arg("reload"));
+    assert!(out.contains("applied: freq_threshold"), "{out}");
+    assert!(
+        out.contains("needs restart (running value kept): max_tracked_pages"),
+        "{out}"
+    );
+    std::fs::write(&config, "freq_threshold = 6\nmigrate_batch = 0\n").unwrap();
+    let out = util::run_code(d.ctl().arg("reload"), 1);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("line 2: migrate_batch = 0 is out of range"),
+        "{err}"
+    );
+    assert!(err.contains("running configuration is unchanged"), "{err}");
+    assert_eq!(
+        stdout(d.ctl().args(["config", "get", "freq_threshold"])),
+        "freq_threshold = 5\n"
+    );
+
+    // Paused: candidates are counted, nothing is promoted; resumed: promotion goes on.
+    stdout(d.ctl().args(["config", "set", "freq_threshold", "2"]));
+    assert_eq!(stdout(d.ctl().arg("pause")), "promotion paused\n");
+    assert!(stdout(d.ctl().arg("status")).contains("promotion: paused"));
+    d.feed(&trace(900_001, 10, 2));
+    let v = wait_counters(&d, |c| c["pgpromote_paused"] == 10);
+    assert_eq!(v["counters"]["pgpromote_success"], 0);
+    assert_eq!(v["paused"], true);
+    stdout(d.ctl().arg("resume"));
+    d.feed(&trace(900_001, 10, 1));
+    wait_counters(&d, |c| c["pgpromote_success"] == 10);
+    let c = d.finish();
+    assert_eq!(c["pgpromote_candidate"], 20);
+}
+
+/// One sample: name, labels, value.
+type MetricSample = (String, Vec<(String, String)>, f64);
+
+/// A strict reader of the OpenMetrics text format (the subset pghotd writes).
+fn parse_openmetrics(text: &str) -> Vec<MetricSample> {
+    let mut families: Vec<(String, String)> = Vec::new();
+    let mut samples = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "must end with # EOF");
+    for line in &lines[..lines.len() - 1] {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("# TYPE name kind");
+            assert!(["counter", "gauge"].contains(&kind), "{line}");
+            assert!(!families.iter().any(|f| f.0 == name), "family {name} twice");
+            families.push((name.to_string(), kind.to_string()));
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unexpected comment {line}");
+        let (series, value) = line.rsplit_once(' ').expect("name value");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value in {line}"));
+        let (name, labels) = match series.split_once('{') {
+            None => (series, Vec::new()),
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("closing brace");
+                let mut labels = Vec::new();
+                let mut chars = body.chars().peekable();
+                while chars.peek().is_some() {
+                    let key: String = chars.by_ref().take_while(|&c| c != '=').collect();
+                    assert_eq!(chars.next(), Some('"'), "{line}");
+                    let mut v = String::new();
+                    loop {
+                        match chars.next().expect("unterminated label") {
+                            '\\' => v.push(chars.next().expect("escape")),
+                            '"' => break,
+                            c => v.push(c),
+                        }
+                    }
+                    labels.push((key, v));
+                    if chars.peek() == Some(&',') {
+                        chars.next();
+                    }
+                }
+                (name, labels)
+            }
+        };
+        let (family, kind) = families.last().expect("sample before # TYPE");
+        let ok = match kind.as_str() {
+            "counter" => name == format!("{family}_total"),
+            _ => name == family,
+        };
+        assert!(ok, "{name} is not of family {family} ({kind})");
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{name}"
+        );
+        samples.push((name.to_string(), labels, value));
+    }
+    samples
+}
+
+#[test]
+fn metrics_are_scraped_over_loopback_and_parse_as_openmetrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut d = Daemon::start(&["--metrics-listen", &addr]);
+    d.feed(&trace(900_001, 20, 3));
+    // Recorders fold their counts every 1024 samples or 100 ms of sample time: a later
+    // sample (of another process) makes the first 60 visible.
+    d.feed("9000000000 0 900009 900009 0x7f0000000000 - L extmem 2\n");
+    wait_counters(&d, |c| {
+        c["pgpromote_success"] == 20 && c["hwhint_total_events"] == 61
+    });
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    assert!(
+        head.contains("application/openmetrics-text; version=1.0.0"),
+        "{head}"
+    );
+    let samples = parse_openmetrics(body);
+    let get = |name: &str, labels: &[(&str, &str)]| {
+        samples
+            .iter()
+            .find(|s| {
+                s.0 == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.1.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|s| s.2)
+    };
+    // Every counter of the registry is there, under the same name.
+    let stats: serde_json::Value =
+        serde_json::from_str(&stdout(d.ctl().args(["stats", "--json"]))).unwrap();
+    for name in stats["counters"].as_object().unwrap().keys() {
+        if !name.contains("_node") {
+            assert!(
+                get(&format!("pghotd_{name}_total"), &[]).is_some(),
+                "{name} missing"
+            );
+        }
+    }
+    assert_eq!(get("pghotd_pgpromote_success_total", &[]), Some(20.0));
+    assert_eq!(
+        get("pghotd_pgpromote_success_node_total", &[("node", "0")]),
+        Some(20.0)
+    );
+    assert_eq!(
+        get("pghotd_pid_samples_total", &[("pid", "900001")]),
+        Some(60.0)
+    );
+    assert_eq!(get("pghotd_queue_depth", &[("node", "2")]), Some(0.0));
+    assert!(get("pghotd_tracked_pages", &[]).is_some());
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /nope HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+}
+
+#[test]
+fn record_then_replay_gives_the_same_candidates() {
+    let mut d = Daemon::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rec.trace");
+    let recorder = d
+        .ctl()
+        .args(["record", "-o"])
+        .arg(&file)
+        .args(["--duration", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tap is on once the daemon logs it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !d.log().contains("record started") {
+        assert!(
+            Instant::now() < deadline,
+            "record did not start:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut t = trace(900_001, 40, 3);
+    t.push_str(&trace(900_002, 25, 2));
+    d.feed(&t);
+    let out = recorder.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("170 samples written"));
+    let live = d.finish();
+    assert_eq!(live["pgpromote_candidate"], 65);
+
+    let stats = dir.path().join("replay.json");
+    util::run(
+        util::pghotd()
+            .arg("--source")
+            .arg(format!("trace:{}", file.display()))
+            .args(["--dry-run", "--sysfs-root"])
+            .arg(util::qemu_3node())
+            .arg("--stats-json")
+            .arg(&stats),
+        true,
+    );
+    let replayed = util::counters(&stats);
+    assert_eq!(replayed["pgpromote_candidate"], live["pgpromote_candidate"]);
+    assert_eq!(replayed["hwhint_total_events"], live["hwhint_total_events"]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("# pghot-trace v1"), "{}", &text[..80]);
+    assert!(
+        text.contains("# pghotd record: 170 samples, 0 dropped"),
+        "{text}"
+    );
+}
+
+#[test]
+fn migrate_checks_nodes_and_walks_a_live_process() {
+    let d = Daemon::start(&[]);
+    let out = util::run_code(
+        d.ctl()
+            .args(["migrate", "--pid", "1", "--from", "2", "--to", "2"]),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--to node 2 is also in --from"));
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    // This machine has no node 2: nothing to move, but the walk and the answer are real.
+    let out = stdout(
+        d.ctl()
+            .args(["migrate", "--pid"])
+            .arg(sleeper.id().to_string())
+            .args(["--from", "2", "--to", "0"]),
+    );
+    assert!(out.contains("0 of 0 pages moved to node 0"), "{out}");
+    sleeper.kill().unwrap();
+    let _ = sleeper.wait();
+    let out = util::run_code(
+        d.ctl()
+            .args(["migrate", "--pid", "4194000", "--from", "2", "--to", "0"]),
+        1,
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is pid 4194000 running?"));
+}
+
+#[test]
+fn clear_errors_without_a_daemon_and_for_a_socket_in_use() {
+    let out = util::run_code(
+        util::pghotctl(Path::new("/nonexistent/pghotd.sock")).arg("status"),
+        3,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no pghotd is listening on /nonexistent/pghotd.sock"),
+        "{err}"
+    );
+    assert!(err.contains("--socket PATH"), "{err}");
+    let d = Daemon::start(&[]);
+    let out = util::run_code(
+        util::pghotd_bare()
+            .args(["--source", "trace:-", "--socket"])
+            .arg(&d.socket)
+            .arg("--sysfs-root")
+            .arg(util::qemu_3node()),
+        2,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another pghotd is listening on"), "{err}");
+}
+
+#[test]
+fn top_runs_in_tmux_against_a_live_daemon() {
+    let mut d = Daemon::start(&[]);
+    d.feed(&trace(900_001, 30, 4));
+    wait_counters(&d, |c| c["pgpromote_success"] == 30);
+    let server = format!("pghotd-test-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .arg("-L")
+            .arg(&server)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let cmd = format!(
+        "{} --socket {} top",
+        env!("CARGO_BIN_EXE_pghotctl"),
+        d.socket.display()
+    );
+    let out = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "80",
+        "-y",
+        "24",
+        "-s",
+        "top",
+        &cmd,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let screen = |want: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let out = tmux(&["capture-pane", "-p", "-t", "top"]);
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            if text.contains(want) {
+                return text;
+            }
+            if Instant::now() > deadline {
+                let _ = tmux(&["kill-server"]);
+                panic!("screen never showed {want:?}:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let text = screen("processes by samples/s");
+    assert!(text.contains("PROMOTING"), "{text}");
+    assert!(text.contains("900001"), "{text}");
+    assert!(text.contains("node2   lower"), "{text}");
+    assert!(text.contains("q quit  s sort"), "{text}");
+    tmux(&["send-keys", "-t", "top", "s"]);
+    screen("processes by hot ");
+    tmux(&["send-keys", "-t", "top", "?"]);
+    screen("pause or resume promotion");
+    tmux(&["send-keys", "-t", "top", "Escape"]);
+    tmux(&["send-keys", "-t", "top", "p"]);
+    screen("PAUSED");
+    tmux(&["send-keys", "-t", "top", "Enter"]);
+    screen("hottest ranges of 900001");
+    tmux(&["send-keys", "-t", "top", "q"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tmux(&["has-session", "-t", "top"]).status.success() {
+        assert!(Instant::now() < deadline, "top did not quit on q");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = tmux(&["kill-server"]);
+    assert!(stdout(d.ctl().arg("status")).contains("promotion: paused"));
+}
+
+#[test]
+fn migrate_refuses_a_process_outside_the_scope() {
+    let mut inside = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut outside = Command::new("sleep").arg("30").spawn().unwrap();
+    let d = Daemon::start(&["--pid", &inside.id().to_string()]);
+    let out = util::run_code(
+        d.ctl()
+            .args(["migrate", "--pid"])
+            .arg(outside.id().to_string())
+            .args(["--from", "2", "--to", "0"]),
+        1,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "pid {} is outside the processes pghotd manages",
+            outside.id()
+        )),
+        "{err}"
+    );
+    for child in [&mut inside, &mut outside] {
+        child.kill().unwrap();
+        let _ = child.wait();
+    }
+}
