@@ -1,7 +1,7 @@
 //! Sample storm: the daemon's sample path, migrators and control socket under a flood of
 //! samples over more distinct pages than `max_tracked_pages`.
 //!
-//! Built from the library as `daemon.rs` builds it: the QEMU 3-node topology snapshot, one
+//! Built from the library's `pipeline` as the daemon builds it: the QEMU 3-node topology snapshot, one
 //! `HotTable`, an `Ingest` with the daemon's candidate queues, one dry-run migrator thread
 //! per lower-tier node (`SysMover`, the real clock and rate limits), and the real control
 //! plane and server on a socket in a temporary directory. What differs is the source:
@@ -32,17 +32,16 @@ use std::time::{Duration, Instant};
 use pghotd::config::Config;
 use pghotd::control::server::{ControlServer, bind};
 use pghotd::control::{ControlParts, ControlPlane, ReloadFrom};
-use pghotd::hotness::candidate::candidate_queue;
-use pghotd::hotness::{HotPolicy, HotTable};
-use pghotd::ingest::{Ingest, Scope};
 use pghotd::migrator::ratelimit::{MonotonicClock, RateLimits};
-use pghotd::migrator::{Migrator, MigratorConfig, MigratorEvent, MigratorHandle};
+use pghotd::migrator::{MigratorConfig, MigratorEvent, MigratorHandle};
 use pghotd::movepages::SysMover;
+use pghotd::pipeline::{Pipeline, PipelineSettings};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::Source;
 use pghotd::sampler::trace::{TraceSource, TraceWriter};
-use pghotd::stats::{Counter, Stats};
+use pghotd::scope::Scope;
+use pghotd::stats::Counter;
 use pghotd::stop::StopToken;
 use pghotd::topology::{SysfsRoot, Topology};
 use rand_xoshiro::SplitMix64;
@@ -154,47 +153,29 @@ fn main() {
         },
         ..Config::default()
     };
-    let stats = Arc::new(Stats::new());
-    let table = Arc::new(HotTable::new(tracked, HotPolicy::default()));
-    let batch = config.migrator.migrate_batch;
-    let (mut queues, mut receivers) = (Vec::new(), Vec::new());
-    for node in topology
-        .nodes()
-        .iter()
-        .map(|n| n.id)
-        .filter(|&n| topology.is_lower_tier(n))
-    {
-        let (tx, rx) = candidate_queue((batch * 8).max(4096), batch);
-        queues.push((node, tx));
-        receivers.push((node, rx));
-    }
+    let settings = PipelineSettings {
+        max_tracked_pages: tracked,
+        policy: config.policy,
+        target_nid: None,
+        migrator: config.migrator,
+    };
     let scope = Arc::new(Scope::everything(std::process::id()));
-    let ingest = Arc::new(Ingest::new(
-        Arc::clone(&table),
-        Arc::clone(&stats),
-        Arc::clone(&topology),
-        scope,
-        None,
-        queues,
-    ));
+    let mut pipeline = Pipeline::builder(settings, Arc::clone(&topology), scope).build();
+    let (stats, table, ingest) = (
+        Arc::clone(&pipeline.stats),
+        Arc::clone(&pipeline.table),
+        Arc::clone(&pipeline.ingest),
+    );
     let limits = RateLimits::default();
     let clock = MonotonicClock::default();
     let paused = Arc::new(AtomicBool::new(false));
-    let migrators: Vec<MigratorHandle> = receivers
+    let migrators: Vec<MigratorHandle> = pipeline
+        .take_queues()
         .into_iter()
         .map(|(node, rx)| {
-            let m = Migrator::new(
-                node,
-                config.migrator,
-                SysMover,
-                clock.clone(),
-                Arc::clone(&table),
-                Arc::clone(&topology),
-                Arc::clone(&stats),
-                limits.clone(),
-            )
-            .with_pause(Arc::clone(&paused))
-            .with_pid_stats(Arc::clone(ingest.pid_stats()));
+            let m = pipeline
+                .migrator(node, SysMover, clock.clone(), limits.clone())
+                .with_pause(Arc::clone(&paused));
             MigratorHandle::spawn(m, rx).expect("spawning a migrator")
         })
         .collect();

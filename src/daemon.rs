@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -23,20 +23,20 @@ use crate::config::{Config, ConfigError};
 use crate::control::metrics::MetricsServer;
 use crate::control::server::ControlServer;
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
-use crate::hotness::HotTable;
-use crate::hotness::candidate::candidate_queue;
 use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
-use crate::migrator::{Migrator, MigratorEvent, MigratorHandle};
+use crate::migrator::{MigratorEvent, MigratorHandle};
 use crate::movepages::SysMover;
+use crate::pipeline::{Pipeline, PipelineSettings};
 use crate::sampler::adaptive::{AdaptiveConfig, PeriodController};
 use crate::sampler::perf::adaptive_loop;
 use crate::sampler::perf::period::PeriodControl;
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{Source, SourceError};
+use crate::scope::Scope;
 use crate::scope::guard::GuardedMover;
 use crate::scope::{ProcFs, ScopeError, ScopeTracker};
-use crate::stats::{Counter, Stats, StatsSnapshot};
+use crate::stats::{Counter, StatsSnapshot};
 use crate::stop::StopToken;
 use crate::topology::{SysfsRoot, Topology, TopologyError};
 
@@ -119,9 +119,33 @@ struct SourceThread {
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Runs the daemon to completion.
+/// Runs the daemon to completion: read the machine, open the sources, build the pipeline, start
+/// the threads, wait for the end, shut down.
 pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError> {
     let started = Instant::now();
+    let (topology, tracker) = read_machine(config)?;
+    let scope = Arc::clone(tracker.scope());
+    // Everything that can fail on a bad setting or a busy resource is done before the first
+    // worker thread starts: the sources open, the recording file, the sockets.
+    let sources = open_sources(config, &tracker)?;
+    let pipeline = build_pipeline(config, &topology, &scope, opts)?;
+    let listeners = Listeners::bind(config)?;
+    let running = start(config, opts, pipeline, sources, listeners, tracker)?;
+
+    let deadline = opts.duration.map(|d| started + d);
+    let (reason, failed, still_running) = wait_for_end(&running.events, &running.sources, deadline);
+    crate::service::stopping(match reason {
+        StopReason::SourcesEnded => "every source ended",
+        StopReason::Signal => "signal",
+        StopReason::Duration => "duration reached",
+    });
+    let (pipeline, failed) = running.shut_down(reason, failed, still_running);
+    finish(config, opts, &pipeline, reason, started, failed)
+}
+
+/// Reads the NUMA topology and checks the config against it; takes the first look at the
+/// scope, so the first samples and moves see it.
+fn read_machine(config: &Config) -> Result<(Arc<Topology>, ScopeTracker), DaemonError> {
     let topology = Arc::new(Topology::read(SysfsRoot::new(&config.sysfs_root))?);
     config.check_against(&topology)?;
     tracing::info!(
@@ -132,7 +156,6 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     if config.sources.is_empty() {
         return Err(DaemonError::NoSources);
     }
-    // The first refresh runs now, so the first samples and moves see the scope.
     let selector = config.scope_selector().map_err(|e| {
         DaemonError::Config(ConfigError::Invalid {
             origin: crate::config::Origin::Flag("comm"),
@@ -142,21 +165,32 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     })?;
     let mut tracker = ScopeTracker::new(selector, ProcFs::default())?;
     let first = tracker.refresh()?;
-    let scope_text = tracker.selector().describe();
     tracing::info!(
-        "scope: {scope_text}{}",
+        "scope: {}{}",
+        tracker.selector().describe(),
         if tracker.selector().is_everything() {
             String::new()
         } else {
             format!(" ({} process(es) now)", first.members.len())
         }
     );
-    let scope = Arc::clone(tracker.scope());
+    if topology.lower_tier_nodes().is_empty() {
+        tracing::warn!("no lower-tier memory node: samples are counted but nothing is promoted");
+    }
+    Ok((topology, tracker))
+}
 
-    // Open every source before any thread starts, so a bad path fails the start cleanly.
+/// The opened sources, and the adaptive IBS period's controller when `ibs.period = "auto"`.
+struct OpenedSources {
+    sources: Vec<Box<dyn Source>>,
+    adaptive: Option<(PeriodController, PeriodControl)>,
+}
+
+/// Opens every source before any thread starts, so a bad path fails the start cleanly.
+fn open_sources(config: &Config, tracker: &ScopeTracker) -> Result<OpenedSources, DaemonError> {
     let mut open_ctx = config.open_context();
     if tracker.selector().follows() {
-        open_ctx.followed_scope = Some(Arc::clone(&scope));
+        open_ctx.followed_scope = Some(Arc::clone(tracker.scope()));
     }
     // `ibs.period = "auto"`: the IBS samplers start at the controller's period and follow it.
     let adaptive = config.ibs_period_auto.then(|| {
@@ -166,34 +200,29 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         open_ctx.ibs_period_control = Some(control.clone());
         (controller, control)
     });
-    let sources: Vec<Box<dyn Source>> = config
+    let sources = config
         .sources
         .iter()
         .map(|spec| spec.open(&open_ctx))
         .collect::<Result<_, _>>()?;
+    Ok(OpenedSources { sources, adaptive })
+}
 
-    let lower = topology.lower_tier_nodes();
-    if lower.is_empty() {
-        tracing::warn!("no lower-tier memory node: samples are counted but nothing is promoted");
-    }
-    let stats = Arc::new(Stats::new());
-    let table = Arc::new(HotTable::new(config.max_tracked_pages, config.policy));
-    let queue_len = (config.migrator.migrate_batch * 8).max(4096);
-    let mut queues = Vec::new();
-    let mut receivers = Vec::new();
-    for &node in &lower {
-        let (tx, rx) = candidate_queue(queue_len, config.migrator.migrate_batch);
-        queues.push((node, tx));
-        receivers.push((node, rx));
-    }
-    let mut ingest = Ingest::new(
-        Arc::clone(&table),
-        Arc::clone(&stats),
-        Arc::clone(&topology),
-        Arc::clone(&scope),
-        config.target_nid,
-        queues,
-    );
+/// The table, queues and per-sample path, with the recording file and admission.
+fn build_pipeline(
+    config: &Config,
+    topology: &Arc<Topology>,
+    scope: &Arc<Scope>,
+    opts: &RunOptions,
+) -> Result<Pipeline, DaemonError> {
+    let settings = PipelineSettings {
+        max_tracked_pages: config.max_tracked_pages,
+        policy: config.policy,
+        target_nid: config.target_nid,
+        migrator: config.migrator,
+    };
+    let mut builder = Pipeline::builder(settings, Arc::clone(topology), Arc::clone(scope))
+        .admission(admission(config, topology));
     if let Some(path) = &opts.record {
         let record_err = |source| DaemonError::Record {
             path: path.clone(),
@@ -201,68 +230,180 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         };
         // Not File::create: the path may be in /tmp, where a symlink could redirect root.
         let file = crate::safefs::create_private(path).map_err(record_err)?;
-        ingest = ingest.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
+        builder = builder.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
     }
-    let admission = admission(config, &topology);
-    if let Some(a) = &admission {
-        ingest = ingest.with_admission(Arc::clone(a));
-    }
-    let ingest = Arc::new(ingest);
-    // The control socket and metrics port are bound before any thread starts, so a socket in
-    // use fails the start cleanly.
-    let control_listener = match &config.control_socket {
-        Some(path) => Some((crate::control::server::bind(path)?, path.clone())),
-        None => None,
-    };
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => Some(crate::control::metrics::bind(addr)?),
-        None => None,
-    };
+    Ok(builder.build())
+}
 
-    // Signals first: a SIGTERM that lands during startup is not lost. SIGHUP reloads the
-    // config through the control plane once it exists.
-    let (events_tx, events_rx) = crossbeam_channel::unbounded::<Event>();
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
-    let signals_handle = signals.handle();
+/// The control socket and metrics port, bound before any thread starts so that one in use
+/// fails the start cleanly.
+struct Listeners {
+    control: Option<(std::os::unix::net::UnixListener, PathBuf)>,
+    metrics: Option<std::net::TcpListener>,
+}
+
+impl Listeners {
+    fn bind(config: &Config) -> Result<Listeners, DaemonError> {
+        let control = match &config.control_socket {
+            Some(path) => Some((crate::control::server::bind(path)?, path.clone())),
+            None => None,
+        };
+        let metrics = match config.metrics_listen {
+            Some(addr) => Some(crate::control::metrics::bind(addr)?),
+            None => None,
+        };
+        Ok(Listeners { control, metrics })
+    }
+}
+
+/// Every thread of a running daemon, and what stops them.
+struct Running {
+    pipeline: Pipeline,
+    events: Receiver<Event>,
+    sources: Vec<SourceThread>,
+    migrators: Vec<MigratorHandle>,
+    /// Stops the sources (and the period controller).
+    stop: StopToken,
+    /// Stops the scope refresher and the sd_notify status thread.
+    background_stop: StopToken,
+    background: Vec<(&'static str, Option<std::thread::JoinHandle<()>>)>,
+    signals: signal_hook::iterator::Handle,
+    control: Option<ControlServer>,
+    metrics: Option<MetricsServer>,
+}
+
+/// Starts every thread: signals first (a SIGTERM during startup is not lost), then the
+/// migrators, the sources, the control plane and its sockets, the scope refresher and the
+/// sd_notify status.
+fn start(
+    config: &Config,
+    opts: &RunOptions,
+    pipeline: Pipeline,
+    opened: OpenedSources,
+    listeners: Listeners,
+    tracker: ScopeTracker,
+) -> Result<Running, DaemonError> {
+    let (events_tx, events) = crossbeam_channel::unbounded::<Event>();
     let plane_slot: Arc<OnceLock<Arc<ControlPlane>>> = Arc::new(OnceLock::new());
-    {
-        let tx = events_tx.clone();
-        let plane_slot = Arc::clone(&plane_slot);
-        spawn("pghot-signals".into(), move || {
-            for signal in signals.forever() {
-                if signal == SIGHUP {
-                    match plane_slot.get() {
-                        Some(plane) => plane.reload_logged(),
-                        None => tracing::warn!("SIGHUP during startup: not reloaded"),
-                    }
-                    continue;
-                }
-                if tx.send(Event::Signal(signal)).is_err() {
-                    break;
-                }
-            }
-        })?;
-    }
-
-    let mut migrators = Vec::new();
+    let signals = start_signals(events_tx.clone(), Arc::clone(&plane_slot))?;
     let limits = RateLimits::default();
     // One clock for every user of the buckets (their refill compares its readings).
     let clock = MonotonicClock::default();
     let paused = Arc::new(AtomicBool::new(false));
-    for (node, rx) in receivers {
-        let migrator = Migrator::new(
-            node,
-            config.migrator,
-            GuardedMover::new(SysMover, Arc::clone(&scope), Arc::clone(&stats)),
-            clock.clone(),
-            Arc::clone(&table),
-            Arc::clone(&topology),
-            Arc::clone(&stats),
-            limits.clone(),
-        )
-        .with_pause(Arc::clone(&paused))
-        .with_pid_stats(Arc::clone(ingest.pid_stats()));
-        let migrator = match &admission {
+    let mut pipeline = pipeline;
+    let migrators = start_migrators(config, &mut pipeline, &limits, &clock, &paused)?;
+
+    let stop = StopToken::new();
+    if let Some((controller, control)) = opened.adaptive {
+        let (stats, stop) = (Arc::clone(&pipeline.stats), stop.clone());
+        spawn("pghot-period".into(), move || {
+            adaptive_loop::run(controller, control, stats, stop);
+        })?;
+    }
+    let sources = start_sources(opened.sources, &pipeline.ingest, events_tx, &stop)?;
+
+    let plane = Arc::new(ControlPlane::new(ControlParts {
+        config: config.clone(),
+        reload: opts.reload.clone(),
+        stats: Arc::clone(&pipeline.stats),
+        table: Arc::clone(&pipeline.table),
+        ingest: Arc::clone(&pipeline.ingest),
+        topology: Arc::clone(&pipeline.topology),
+        migrators: migrators.iter().map(MigratorHandle::events).collect(),
+        limits,
+        clock,
+        paused,
+        sources: sources.iter().map(|t| t.describe.clone()).collect(),
+        stop: stop.clone(),
+    }));
+    let _ = plane_slot.set(Arc::clone(&plane));
+    let (control, metrics) = start_control(listeners, &plane)?;
+    tracing::info!(
+        "running: {} source(s), {} migrator(s){}",
+        sources.len(),
+        migrators.len(),
+        if config.migrator.dry_run {
+            ", dry run"
+        } else {
+            ""
+        }
+    );
+
+    let background_stop = StopToken::new();
+    let status = crate::service::StatusLine {
+        sources: sources.len(),
+        migrators: migrators.len(),
+        scope: tracker.selector().describe(),
+        dry_run: config.migrator.dry_run,
+    };
+    let scope_thread = tracker.spawn(
+        Duration::from_millis(u64::from(config.scope_refresh_ms)),
+        background_stop.clone(),
+    )?;
+    let notify_thread =
+        crate::service::ready(status, Arc::clone(&pipeline.stats), background_stop.clone())
+            .map_err(|source| DaemonError::Spawn {
+                name: "pghot-notify".into(),
+                source,
+            })?;
+    Ok(Running {
+        pipeline,
+        events,
+        sources,
+        migrators,
+        stop,
+        background_stop,
+        background: vec![
+            ("pghot-scope", Some(scope_thread)),
+            ("pghot-notify", notify_thread),
+        ],
+        signals,
+        control,
+        metrics,
+    })
+}
+
+/// Turns SIGTERM and SIGINT into events; SIGHUP reloads the config through the control plane
+/// once it exists.
+fn start_signals(
+    events: Sender<Event>,
+    plane_slot: Arc<OnceLock<Arc<ControlPlane>>>,
+) -> Result<signal_hook::iterator::Handle, DaemonError> {
+    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
+    let handle = signals.handle();
+    spawn("pghot-signals".into(), move || {
+        for signal in signals.forever() {
+            if signal == SIGHUP {
+                match plane_slot.get() {
+                    Some(plane) => plane.reload_logged(),
+                    None => tracing::warn!("SIGHUP during startup: not reloaded"),
+                }
+                continue;
+            }
+            if events.send(Event::Signal(signal)).is_err() {
+                break;
+            }
+        }
+    })?;
+    Ok(handle)
+}
+
+/// One migrator thread per lower-tier node, moving through the scope's guard.
+fn start_migrators(
+    config: &Config,
+    pipeline: &mut Pipeline,
+    limits: &RateLimits,
+    clock: &MonotonicClock,
+    paused: &Arc<AtomicBool>,
+) -> Result<Vec<MigratorHandle>, DaemonError> {
+    let scope = Arc::clone(pipeline.ingest.scope());
+    let mut migrators = Vec::new();
+    for (node, rx) in pipeline.take_queues() {
+        let mover = GuardedMover::new(SysMover, Arc::clone(&scope), Arc::clone(&pipeline.stats));
+        let migrator = pipeline
+            .migrator(node, mover, clock.clone(), limits.clone())
+            .with_pause(Arc::clone(paused));
+        let migrator = match &pipeline.admission {
             Some(a) => migrator.with_admission(Box::new(AdmissionGate::new(
                 Arc::clone(a),
                 SysThp::system(),
@@ -277,19 +418,21 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
             }
         })?);
     }
+    Ok(migrators)
+}
 
-    let stop = StopToken::new();
-    if let Some((controller, control)) = adaptive {
-        let (stats, stop) = (Arc::clone(&stats), stop.clone());
-        spawn("pghot-period".into(), move || {
-            adaptive_loop::run(controller, control, stats, stop);
-        })?;
-    }
+/// One `pghot-src/N` thread per source, each reporting its end on `events`.
+fn start_sources(
+    sources: Vec<Box<dyn Source>>,
+    ingest: &Arc<Ingest>,
+    events: Sender<Event>,
+    stop: &StopToken,
+) -> Result<Vec<SourceThread>, DaemonError> {
     let mut threads = Vec::new();
     for (index, mut source) in sources.into_iter().enumerate() {
         let describe = source.describe();
-        let sinks = Arc::clone(&ingest);
-        let tx = events_tx.clone();
+        let sinks = Arc::clone(ingest);
+        let tx = events.clone();
         let stop = stop.clone();
         let thread = spawn(format!("pghot-src/{index}"), move || {
             // Each sink resolves its deferred samples and flushes its counts when dropped.
@@ -299,144 +442,109 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         tracing::info!("source {index}: {describe}");
         threads.push(SourceThread { describe, thread });
     }
-    drop(events_tx);
+    Ok(threads)
+}
 
-    let plane = Arc::new(ControlPlane::new(ControlParts {
-        config: config.clone(),
-        reload: opts.reload.clone(),
-        stats: Arc::clone(&stats),
-        table: Arc::clone(&table),
-        ingest: Arc::clone(&ingest),
-        topology: Arc::clone(&topology),
-        migrators: migrators.iter().map(MigratorHandle::events).collect(),
-        limits: limits.clone(),
-        clock,
-        paused,
-        sources: threads.iter().map(|t| t.describe.clone()).collect(),
-        stop: stop.clone(),
-    }));
-    let _ = plane_slot.set(Arc::clone(&plane));
-    let control = match control_listener {
+/// The control socket's and the metrics port's threads, on the listeners bound at start.
+fn start_control(
+    listeners: Listeners,
+    plane: &Arc<ControlPlane>,
+) -> Result<(Option<ControlServer>, Option<MetricsServer>), DaemonError> {
+    let spawn_err = |name: &str| {
+        let name = name.to_string();
+        move |source| DaemonError::Spawn { name, source }
+    };
+    let control = match listeners.control {
         Some((listener, path)) => {
             tracing::info!("control socket {}", path.display());
             Some(
-                ControlServer::spawn(listener, path, Arc::clone(&plane)).map_err(|source| {
-                    DaemonError::Spawn {
-                        name: "pghot-ctl".into(),
-                        source,
-                    }
-                })?,
+                ControlServer::spawn(listener, path, Arc::clone(plane))
+                    .map_err(spawn_err("pghot-ctl"))?,
             )
         }
         None => None,
     };
-    let metrics = match metrics_listener {
+    let metrics = match listeners.metrics {
         Some(listener) => {
             tracing::info!("metrics on http://{:?}/metrics", listener.local_addr().ok());
             Some(
-                MetricsServer::spawn(listener, Arc::clone(&plane)).map_err(|source| {
-                    DaemonError::Spawn {
-                        name: "pghot-metrics".into(),
-                        source,
-                    }
-                })?,
+                MetricsServer::spawn(listener, Arc::clone(plane))
+                    .map_err(spawn_err("pghot-metrics"))?,
             )
         }
         None => None,
     };
-    tracing::info!(
-        "running: {} source(s), {} migrator(s){}",
-        threads.len(),
-        migrators.len(),
-        if config.migrator.dry_run {
-            ", dry run"
-        } else {
-            ""
-        }
-    );
+    Ok((control, metrics))
+}
 
-    let scope_stop = StopToken::new();
-    let scope_thread = tracker.spawn(
-        Duration::from_millis(u64::from(config.scope_refresh_ms)),
-        scope_stop.clone(),
-    )?;
-    let notify_thread = crate::service::ready(
-        crate::service::StatusLine {
-            sources: threads.len(),
-            migrators: migrators.len(),
-            scope: scope_text,
-            dry_run: config.migrator.dry_run,
-        },
-        Arc::clone(&stats),
-        scope_stop.clone(),
-    )
-    .map_err(|source| DaemonError::Spawn {
-        name: "pghot-notify".into(),
-        source,
-    })?;
-
-    let deadline = opts.duration.map(|d| started + d);
-    let (reason, mut failed, running) = wait_for_end(&events_rx, &threads, deadline);
-    crate::service::stopping(match reason {
-        StopReason::SourcesEnded => "every source ended",
-        StopReason::Signal => "signal",
-        StopReason::Duration => "duration reached",
-    });
-
-    // Shut down: sources first (no new candidates), then the migrators.
-    stop.stop();
-    let drain = reason == StopReason::SourcesEnded;
-    for m in &migrators {
-        m.send(if drain {
-            MigratorEvent::Finish
-        } else {
-            MigratorEvent::Stop
-        });
-    }
-    failed += wait_for_sources(&events_rx, &threads, running);
-    if !drain {
-        // No source offers any more: stopped migrators count the last arrivals and exit.
-        for m in &migrators {
-            m.send(MigratorEvent::Close);
+impl Running {
+    /// Stops the sources first (no new candidates), then the migrators, then everything else.
+    /// Returns the pipeline, for the final counts, and how many sources failed in all.
+    fn shut_down(self, reason: StopReason, failed: usize, running: usize) -> (Pipeline, usize) {
+        self.stop.stop();
+        let drain = reason == StopReason::SourcesEnded;
+        for m in &self.migrators {
+            m.send(if drain {
+                MigratorEvent::Finish
+            } else {
+                MigratorEvent::Stop
+            });
         }
-    }
-    for t in threads {
-        // Those that reported their end are exiting; one that did not is left detached.
-        if t.thread.is_finished() && t.thread.join().is_err() {
-            tracing::error!("source thread {} panicked", t.describe);
+        let failed = failed + wait_for_sources(&self.events, &self.sources, running);
+        if !drain {
+            // No source offers any more: stopped migrators count the last arrivals and exit.
+            for m in &self.migrators {
+                m.send(MigratorEvent::Close);
+            }
         }
-    }
-    wait_for_migrators(migrators, &events_rx, drain);
-    scope_stop.stop();
-    for (name, t) in [
-        ("pghot-scope", Some(scope_thread)),
-        ("pghot-notify", notify_thread),
-    ] {
-        if let Some(t) = t
-            && t.join().is_err()
-        {
-            tracing::error!("thread {name} panicked");
+        for t in self.sources {
+            // Those that reported their end are exiting; one that did not is left detached.
+            if t.thread.is_finished() && t.thread.join().is_err() {
+                tracing::error!("source thread {} panicked", t.describe);
+            }
         }
+        wait_for_migrators(self.migrators, &self.events, drain);
+        self.background_stop.stop();
+        for (name, t) in self.background {
+            if let Some(t) = t
+                && t.join().is_err()
+            {
+                tracing::error!("thread {name} panicked");
+            }
+        }
+        self.signals.close();
+        if let Some(c) = self.control {
+            c.shutdown();
+        }
+        if let Some(m) = self.metrics {
+            m.shutdown();
+        }
+        (self.pipeline, failed)
     }
-    signals_handle.close();
-    if let Some(c) = control {
-        c.shutdown();
-    }
-    if let Some(m) = metrics {
-        m.shutdown();
-    }
+}
 
-    if let Err(e) = ingest.flush_recording() {
+/// Flushes the recording, writes `--stats-json`, and turns failed sources into the error.
+fn finish(
+    config: &Config,
+    opts: &RunOptions,
+    pipeline: &Pipeline,
+    reason: StopReason,
+    started: Instant,
+    failed: usize,
+) -> Result<RunSummary, DaemonError> {
+    if let Err(e) = pipeline.ingest.flush_recording() {
         tracing::error!("flushing the recording: {e}");
     }
-    stats.add(Counter::PghotEvictedPages, table.evicted());
+    pipeline
+        .stats
+        .add(Counter::PghotEvictedPages, pipeline.table.evicted());
     let summary = RunSummary {
         reason,
-        stats: stats.snapshot(),
+        stats: pipeline.stats.snapshot(),
         elapsed: started.elapsed(),
     };
     if let Some(path) = &opts.stats_json {
-        write_stats_json(path, &summary, config, table.len()).map_err(|source| {
+        write_stats_json(path, &summary, config, pipeline.table.len()).map_err(|source| {
             DaemonError::StatsWrite {
                 path: path.clone(),
                 source,

@@ -24,6 +24,7 @@ pub mod ingest;
 pub mod migrator;
 pub mod movepages;
 pub mod pidstats;
+pub mod pipeline;
 pub mod safefs;
 pub mod sample;
 pub mod sampler;

@@ -26,14 +26,16 @@ use parking_lot::Mutex;
 use baselines::{Damon, Numab2, Tick, unit};
 use memory::{FAST, Memory, PID, SLOW, SharedMemory, SimFree, SimMover, vaddr_of};
 use pghot_workload::rng::SplitMix64;
-use pghotd::hotness::candidate::{CandidateReceiver, candidate_queue};
-use pghotd::hotness::{HotPolicy, HotTable};
-use pghotd::ingest::{Ingest, Recorder, Scope};
+use pghotd::hotness::HotPolicy;
+use pghotd::hotness::candidate::CandidateReceiver;
+use pghotd::ingest::Recorder;
 use pghotd::migrator::ratelimit::{Clock, RateLimits};
 use pghotd::migrator::{Migrator, MigratorConfig};
+use pghotd::pipeline::{Pipeline, PipelineSettings};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::adaptive::{AdaptiveConfig, IntervalSignals, PeriodController};
+use pghotd::scope::Scope;
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{Node, Topology};
 use workload::{Shape, Workload};
@@ -225,46 +227,42 @@ impl PghotdEngine {
             ],
             vec![vec![10, 50], vec![50, 10]],
         ));
-        let stats = Arc::new(Stats::new());
-        let table = Arc::new(HotTable::new(
-            pages.max(1024),
-            HotPolicy {
-                freq_threshold: policy.freq_threshold,
-                promote_window_ms: policy.promote_window_ms,
-                ..HotPolicy::default()
-            },
-        ));
-        let (tx, rx) = candidate_queue(4096, 512);
-        let ingest = Arc::new(Ingest::new(
-            Arc::clone(&table),
-            Arc::clone(&stats),
-            Arc::clone(&topology),
-            Arc::new(Scope::everything(std::process::id())),
-            Some(FAST),
-            vec![(SLOW, tx)],
-        ));
-        let clock = SimClock::default();
         let config = MigratorConfig {
             // The full-size default, scaled like everything else.
             promote_rate_limit_mbps: ((65536.0 / scale) as u64).max(1),
             demote: policy.demote,
             ..MigratorConfig::default()
         };
-        let migrator = Migrator::new(
-            SLOW,
-            config,
-            SimMover(Arc::clone(mem)),
-            clock.clone(),
-            table,
-            topology,
-            Arc::clone(&stats),
-            RateLimits::default(),
-        )
-        .with_free_memory(Arc::new(SimFree(Arc::clone(mem))))
-        // Its full-size cost, like the rate limit's: the scaled memory has 1/scale the pages.
-        .with_audit_pages(
-            ((pghotd::migrator::audit::AUDIT_PAGES as f64 / scale).ceil() as usize).max(1),
-        );
+        let settings = PipelineSettings {
+            max_tracked_pages: pages.max(1024),
+            policy: HotPolicy {
+                freq_threshold: policy.freq_threshold,
+                promote_window_ms: policy.promote_window_ms,
+                ..HotPolicy::default()
+            },
+            target_nid: Some(FAST),
+            migrator: config,
+        };
+        let scope = Arc::new(Scope::everything(std::process::id()));
+        let mut pipeline = Pipeline::builder(settings, topology, scope).build();
+        let (_, rx) = pipeline
+            .take_queues()
+            .pop()
+            .expect("the simulated slow node's queue");
+        let clock = SimClock::default();
+        let stats = Arc::clone(&pipeline.stats);
+        let migrator = pipeline
+            .migrator(
+                SLOW,
+                SimMover(Arc::clone(mem)),
+                clock.clone(),
+                RateLimits::default(),
+            )
+            .with_free_memory(Arc::new(SimFree(Arc::clone(mem))))
+            // Its full-size cost, like the rate limit's: the scaled memory has 1/scale the pages.
+            .with_audit_pages(
+                ((pghotd::migrator::audit::AUDIT_PAGES as f64 / scale).ceil() as usize).max(1),
+            );
         let (controller, period) = match policy.period {
             PeriodSetting::Fixed(p) => (None, p.max(1)),
             PeriodSetting::Auto { cpu_budget_pct } => {
@@ -274,7 +272,7 @@ impl PghotdEngine {
             }
         };
         PghotdEngine {
-            recorder: ingest.recorder(),
+            recorder: pipeline.ingest.recorder(),
             queue: rx,
             migrator,
             clock,
