@@ -25,6 +25,7 @@
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +33,8 @@ use std::time::{Duration, Instant};
 use pghotd::config::Config;
 use pghotd::control::server::{ControlServer, bind};
 use pghotd::control::{ControlParts, ControlPlane, ReloadFrom};
+use pghotd::hotness::HotTable;
+use pghotd::ingest::Ingest;
 use pghotd::migrator::ratelimit::{MonotonicClock, RateLimits};
 use pghotd::migrator::{MigratorConfig, MigratorEvent, MigratorHandle};
 use pghotd::movepages::SysMover;
@@ -41,7 +44,7 @@ use pghotd::sampler::SampleSink;
 use pghotd::sampler::Source;
 use pghotd::sampler::trace::{TraceSource, TraceWriter};
 use pghotd::scope::Scope;
-use pghotd::stats::Counter;
+use pghotd::stats::{Counter, Stats};
 use pghotd::stop::StopToken;
 use pghotd::topology::{SysfsRoot, Topology};
 use rand_xoshiro::SplitMix64;
@@ -144,61 +147,9 @@ fn main() {
     let tracked = env_or("STORM_TRACKED", 1 << 20) as usize;
     let threads = env_or("STORM_THREADS", 2);
 
-    let topology = Arc::new(Topology::read(SysfsRoot::new(TOPOLOGY)).expect("topology fixture"));
-    let config = Config {
-        max_tracked_pages: tracked,
-        migrator: MigratorConfig {
-            dry_run: true,
-            ..MigratorConfig::default()
-        },
-        ..Config::default()
-    };
-    let settings = PipelineSettings {
-        max_tracked_pages: tracked,
-        policy: config.policy,
-        target_nid: None,
-        migrator: config.migrator,
-    };
-    let scope = Arc::new(Scope::everything(std::process::id()));
-    let mut pipeline = Pipeline::builder(settings, Arc::clone(&topology), scope).build();
-    let (stats, table, ingest) = (
-        Arc::clone(&pipeline.stats),
-        Arc::clone(&pipeline.table),
-        Arc::clone(&pipeline.ingest),
-    );
-    let limits = RateLimits::default();
-    let clock = MonotonicClock::default();
-    let paused = Arc::new(AtomicBool::new(false));
-    let migrators: Vec<MigratorHandle> = pipeline
-        .take_queues()
-        .into_iter()
-        .map(|(node, rx)| {
-            let m = pipeline
-                .migrator(node, SysMover, clock.clone(), limits.clone())
-                .with_pause(Arc::clone(&paused));
-            MigratorHandle::spawn(m, rx).expect("spawning a migrator")
-        })
-        .collect();
-
     let dir = tempfile::tempdir().expect("temporary directory");
     let socket = dir.path().join("storm.sock");
-    let stop = StopToken::new();
-    let plane = Arc::new(ControlPlane::new(ControlParts {
-        config: config.clone(),
-        reload: ReloadFrom::default(),
-        stats: Arc::clone(&stats),
-        table: Arc::clone(&table),
-        ingest: Arc::clone(&ingest),
-        topology: Arc::clone(&topology),
-        migrators: migrators.iter().map(MigratorHandle::events).collect(),
-        limits,
-        clock,
-        paused,
-        sources: vec![format!("storm {mode}")],
-        stop: stop.clone(),
-    }));
-    let listener = bind(&socket).expect("binding the control socket");
-    let server = ControlServer::spawn(listener, socket.clone(), plane).expect("control server");
+    let daemon = Daemon::start(&mode, tracked, &socket);
 
     let done = Arc::new(AtomicBool::new(false));
     let (rss_base, _) = rss_kib();
@@ -218,106 +169,224 @@ fn main() {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(secs);
         let sent: u64 = if mode == "text" {
-            let fifo = dir.path().join("storm.fifo");
-            nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
-                .expect("mkfifo");
-            let mut source =
-                TraceSource::open(fifo.to_str().expect("utf-8 path")).expect("opening the FIFO");
-            let ingest = &ingest;
-            let reader = s.spawn(move || source.run(ingest, &StopToken::new()));
-            let file = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&fifo)
-                .expect("opening the FIFO for writing");
-            let mut out =
-                TraceWriter::new(BufWriter::with_capacity(1 << 16, file)).expect("header");
-            let mut rng = SplitMix64::seed_from_u64(1);
-            let mut n = 0u64;
-            while Instant::now() < deadline {
-                for _ in 0..4096 {
-                    let s = sample(&mut rng, pages, 1_000_000_000 + n * 500, 0);
-                    out.write_sample(&s).expect("writing the FIFO");
-                    n += 1;
-                }
-            }
-            drop(out);
-            reader.join().expect("reader thread").expect("trace source");
-            n
+            send_text(
+                &daemon.ingest,
+                &dir.path().join("storm.fifo"),
+                pages,
+                deadline,
+            )
         } else {
-            let producers: Vec<_> = (0..threads)
-                .map(|t| {
-                    let ingest = &ingest;
-                    s.spawn(move || {
-                        let mut recorder = ingest.recorder();
-                        let mut rng = SplitMix64::seed_from_u64(t + 1);
-                        let mut n = 0u64;
-                        // Handed over 32 at a time, as a perf source's CPU thread does.
-                        let mut batch = Vec::with_capacity(32);
-                        while Instant::now() < deadline {
-                            for _ in 0..4096 {
-                                let time = 1_000_000_000 + n * 500;
-                                batch.push(sample(&mut rng, pages, time, t as u32));
-                                if batch.len() == 32 {
-                                    recorder.record_batch(&batch);
-                                    batch.clear();
-                                }
-                                n += 1;
-                            }
-                        }
-                        recorder.record_batch(&batch);
-                        n
-                    })
-                })
-                .collect();
-            producers
-                .into_iter()
-                .map(|p| p.join().expect("producer"))
-                .sum()
+            send_direct(&daemon.ingest, threads, pages, deadline)
         };
         let elapsed = started.elapsed();
         done.store(true, Ordering::Relaxed);
-        let (mut status, mut stats_lat) = client.join().expect("client");
+        let (status, stats_lat) = client.join().expect("client");
         let peak = rss.join().expect("rss sampler");
-        status.sort();
-        stats_lat.sort();
-        println!(
-            "mode {mode}: {sent} samples in {:.2} s = {:.2} M samples/s",
-            elapsed.as_secs_f64(),
-            sent as f64 / elapsed.as_secs_f64() / 1e6
-        );
-        println!(
-            "control status: {} requests, p50 {:?}, p99 {:?}, max {:?}",
-            status.len(),
-            percentile(&status, 0.5),
-            percentile(&status, 0.99),
-            status.last().copied().unwrap_or_default()
-        );
-        println!(
-            "control stats: {} requests, p50 {:?}, p99 {:?}, max {:?}",
-            stats_lat.len(),
-            percentile(&stats_lat, 0.5),
-            percentile(&stats_lat, 0.99),
-            stats_lat.last().copied().unwrap_or_default()
-        );
+        print_rates(&mode, sent, elapsed, status, stats_lat);
         (sent, peak)
     });
-    for m in &migrators {
-        m.send(MigratorEvent::Finish);
-    }
-    for m in migrators {
-        m.join(Duration::from_secs(10));
-    }
-    server.shutdown();
+    let (stats, table) = daemon.stop();
 
     let (sent, peak_sampled) = peak;
     let (_, hwm) = rss_kib();
-    let total = stats.get(Counter::HwhintTotalEvents);
-    let useful = stats.get(Counter::HwhintUsefulEvents);
-    let dropped = stats.get(Counter::HwhintDroppedEvents);
     println!(
         "rss: {rss_base} KiB before, peak {peak_sampled} KiB sampled, VmHWM {hwm} KiB; table \
          capacity {tracked} pages"
     );
+    if !accounting_is_exact(&stats, &table, sent) {
+        std::process::exit(1);
+    }
+}
+
+/// The daemon's parts under the storm, built by `pipeline` as the daemon builds them.
+struct Daemon {
+    stats: Arc<Stats>,
+    table: Arc<HotTable>,
+    ingest: Arc<Ingest>,
+    migrators: Vec<MigratorHandle>,
+    server: ControlServer,
+}
+
+impl Daemon {
+    /// The table, the ingest with its candidate queues, one dry-run migrator thread per
+    /// lower-tier node, and the control server on `socket`.
+    fn start(mode: &str, tracked: usize, socket: &Path) -> Daemon {
+        let topology =
+            Arc::new(Topology::read(SysfsRoot::new(TOPOLOGY)).expect("topology fixture"));
+        let config = Config {
+            max_tracked_pages: tracked,
+            migrator: MigratorConfig {
+                dry_run: true,
+                ..MigratorConfig::default()
+            },
+            ..Config::default()
+        };
+        let settings = PipelineSettings {
+            max_tracked_pages: tracked,
+            policy: config.policy,
+            target_nid: None,
+            migrator: config.migrator,
+        };
+        let scope = Arc::new(Scope::everything(std::process::id()));
+        let mut pipeline = Pipeline::builder(settings, Arc::clone(&topology), scope).build();
+        let limits = RateLimits::default();
+        let clock = MonotonicClock::default();
+        let paused = Arc::new(AtomicBool::new(false));
+        let migrators: Vec<MigratorHandle> = pipeline
+            .take_queues()
+            .into_iter()
+            .map(|(node, rx)| {
+                let m = pipeline
+                    .migrator(node, SysMover, clock.clone(), limits.clone())
+                    .with_pause(Arc::clone(&paused));
+                MigratorHandle::spawn(m, rx).expect("spawning a migrator")
+            })
+            .collect();
+        let (stats, table, ingest) = (
+            Arc::clone(&pipeline.stats),
+            Arc::clone(&pipeline.table),
+            Arc::clone(&pipeline.ingest),
+        );
+
+        let plane = Arc::new(ControlPlane::new(ControlParts {
+            config: config.clone(),
+            reload: ReloadFrom::default(),
+            stats: Arc::clone(&stats),
+            table: Arc::clone(&table),
+            ingest: Arc::clone(&ingest),
+            topology: Arc::clone(&topology),
+            migrators: migrators.iter().map(MigratorHandle::events).collect(),
+            limits,
+            clock,
+            paused,
+            sources: vec![format!("storm {mode}")],
+            stop: StopToken::new(),
+        }));
+        let listener = bind(socket).expect("binding the control socket");
+        let server =
+            ControlServer::spawn(listener, socket.to_path_buf(), plane).expect("control server");
+        Daemon {
+            stats,
+            table,
+            ingest,
+            migrators,
+            server,
+        }
+    }
+
+    /// Lets the migrators drain, stops them and the control server.
+    fn stop(self) -> (Arc<Stats>, Arc<HotTable>) {
+        for m in &self.migrators {
+            m.send(MigratorEvent::Finish);
+        }
+        for m in self.migrators {
+            m.join(Duration::from_secs(10));
+        }
+        self.server.shutdown();
+        (self.stats, self.table)
+    }
+}
+
+/// The `--source trace:` path: a writer formats samples into a FIFO that a `TraceSource`
+/// reads, parses and records, until `deadline`. Returns the samples sent.
+fn send_text(ingest: &Arc<Ingest>, fifo: &Path, pages: u64, deadline: Instant) -> u64 {
+    nix::unistd::mkfifo(fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let mut source =
+        TraceSource::open(fifo.to_str().expect("utf-8 path")).expect("opening the FIFO");
+    std::thread::scope(|s| {
+        let reader = s.spawn(move || source.run(ingest, &StopToken::new()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(fifo)
+            .expect("opening the FIFO for writing");
+        let mut out = TraceWriter::new(BufWriter::with_capacity(1 << 16, file)).expect("header");
+        let mut rng = SplitMix64::seed_from_u64(1);
+        let mut n = 0u64;
+        while Instant::now() < deadline {
+            for _ in 0..4096 {
+                let s = sample(&mut rng, pages, 1_000_000_000 + n * 500, 0);
+                out.write_sample(&s).expect("writing the FIFO");
+                n += 1;
+            }
+        }
+        drop(out);
+        reader.join().expect("reader thread").expect("trace source");
+        n
+    })
+}
+
+/// The perf path: `threads` threads each record samples into their own `Recorder`, 32 at a
+/// time, until `deadline`. Returns the samples sent.
+fn send_direct(ingest: &Arc<Ingest>, threads: u64, pages: u64, deadline: Instant) -> u64 {
+    std::thread::scope(|s| {
+        let producers: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let mut recorder = ingest.recorder();
+                    let mut rng = SplitMix64::seed_from_u64(t + 1);
+                    let mut n = 0u64;
+                    // Handed over 32 at a time, as a perf source's CPU thread does.
+                    let mut batch = Vec::with_capacity(32);
+                    while Instant::now() < deadline {
+                        for _ in 0..4096 {
+                            let time = 1_000_000_000 + n * 500;
+                            batch.push(sample(&mut rng, pages, time, t as u32));
+                            if batch.len() == 32 {
+                                recorder.record_batch(&batch);
+                                batch.clear();
+                            }
+                            n += 1;
+                        }
+                    }
+                    recorder.record_batch(&batch);
+                    n
+                })
+            })
+            .collect();
+        producers
+            .into_iter()
+            .map(|p| p.join().expect("producer"))
+            .sum()
+    })
+}
+
+/// Prints the sample rate and the control requests' latencies.
+fn print_rates(
+    mode: &str,
+    sent: u64,
+    elapsed: Duration,
+    mut status: Vec<Duration>,
+    mut stats_lat: Vec<Duration>,
+) {
+    status.sort();
+    stats_lat.sort();
+    println!(
+        "mode {mode}: {sent} samples in {:.2} s = {:.2} M samples/s",
+        elapsed.as_secs_f64(),
+        sent as f64 / elapsed.as_secs_f64() / 1e6
+    );
+    println!(
+        "control status: {} requests, p50 {:?}, p99 {:?}, max {:?}",
+        status.len(),
+        percentile(&status, 0.5),
+        percentile(&status, 0.99),
+        status.last().copied().unwrap_or_default()
+    );
+    println!(
+        "control stats: {} requests, p50 {:?}, p99 {:?}, max {:?}",
+        stats_lat.len(),
+        percentile(&stats_lat, 0.5),
+        percentile(&stats_lat, 0.99),
+        stats_lat.last().copied().unwrap_or_default()
+    );
+}
+
+/// Prints the counters; true when they add up: every sample sent is counted, as useful or
+/// dropped, and every candidate ended in exactly one outcome.
+fn accounting_is_exact(stats: &Stats, table: &HotTable, sent: u64) -> bool {
+    let total = stats.get(Counter::HwhintTotalEvents);
+    let useful = stats.get(Counter::HwhintUsefulEvents);
+    let dropped = stats.get(Counter::HwhintDroppedEvents);
     println!(
         "counters: sent {sent}, hwhint_total_events {total}, useful {useful}, dropped \
          {dropped}, recorded {}, evicted {}, candidates {}, queue_full {}, promoted (dry run) {}",
@@ -336,7 +405,5 @@ fn main() {
         && useful + dropped == total
         && handled == stats.get(Counter::PgpromoteCandidate);
     println!("accounting: {}", if exact { "exact" } else { "MISMATCH" });
-    if !exact {
-        std::process::exit(1);
-    }
+    exact
 }

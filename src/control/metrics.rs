@@ -76,129 +76,151 @@ pub fn render(snap: &Snapshot) -> String {
     let mut w = Writer {
         out: String::with_capacity(8192),
     };
-    // Per-node counters grouped into one family each.
-    let mut per_node: std::collections::BTreeMap<&str, Vec<(&str, u64)>> = Default::default();
-    for (name, &value) in &snap.counters {
-        if let Some((base, node)) = node_suffix(name) {
-            per_node.entry(base).or_default().push((node, value));
-            continue;
-        }
-        let family = format!("pghotd_{name}");
-        w.family(&family, "counter", &format!("pghotd counter {name}"));
-        w.sample(&format!("{family}_total"), &[], value);
-    }
-    for (base, nodes) in &per_node {
-        let family = format!("pghotd_{base}");
-        w.family(
-            &family,
-            "counter",
-            &format!("pghotd counter {base}<N>, by node"),
-        );
-        for (node, value) in nodes {
-            w.sample(&format!("{family}_total"), &[("node", node)], value);
-        }
-    }
-    let gauges: [(&str, &str, u64); 3] = [
-        (
-            "pghotd_tracked_pages",
-            "pages in the hotness table",
-            snap.tracked_pages,
-        ),
-        (
-            "pghotd_max_tracked_pages",
-            "hotness table bound (max_tracked_pages)",
-            snap.max_tracked_pages,
-        ),
-        (
-            "pghotd_paused",
-            "1 while promotion is paused",
-            u64::from(snap.paused),
-        ),
-    ];
-    for (name, help, value) in gauges {
-        w.family(name, "gauge", help);
-        w.sample(name, &[], value);
-    }
-    w.family(
-        "pghotd_uptime_seconds",
-        "gauge",
-        "seconds since pghotd started",
-    );
-    w.sample(
-        "pghotd_uptime_seconds",
-        &[],
-        format!("{:.3}", snap.uptime_s),
-    );
-    w.family(
-        "pghotd_queue_depth",
-        "gauge",
-        "candidates waiting for a lower-tier node's migrator",
-    );
-    for n in &snap.nodes {
-        if let Some(d) = n.queue_depth {
-            w.sample("pghotd_queue_depth", &[("node", &n.node.to_string())], d);
-        }
-    }
-    // Samples follow their own family's # TYPE line.
-    w.family("pghotd_node_mem_total_bytes", "gauge", "memory of a node");
-    for n in &snap.nodes {
-        let node = n.node.to_string();
-        let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
-        w.sample(
-            "pghotd_node_mem_total_bytes",
-            &labels,
-            n.mem_total_kb * 1024,
-        );
-    }
-    w.family(
-        "pghotd_node_mem_free_bytes",
-        "gauge",
-        "free memory of a node",
-    );
-    for n in &snap.nodes {
-        let node = n.node.to_string();
-        let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
-        if let Some(free) = n.mem_free_kb {
-            w.sample("pghotd_node_mem_free_bytes", &labels, free * 1024);
-        }
-    }
-    type Field = fn(&pghot_protocol::PidRow) -> u64;
-    let pid_counters: [(&str, Field); 6] = [
-        ("samples", |p| p.counts.samples),
-        ("recorded", |p| p.counts.recorded),
-        ("candidates", |p| p.counts.candidates),
-        ("promoted_pages", |p| p.counts.promoted_pages),
-        ("promoted_bytes", |p| p.counts.promoted_bytes),
-        ("fail", |p| p.counts.fail),
-    ];
-    let pid_gauges: [(&str, Field); 3] = [
-        ("tracked_pages", |p| p.tracked_pages),
-        ("hot", |p| p.hot),
-        ("hot_slow", |p| p.hot_slow),
-    ];
-    let labels = |p: &pghot_protocol::PidRow| (p.pid.to_string(), p.comm.clone());
-    for (field, get) in pid_counters {
-        let family = format!("pghotd_pid_{field}");
-        w.family(&family, "counter", &format!("per-process {field}"));
-        for p in &snap.pids {
-            let (pid, comm) = labels(p);
-            w.sample(
-                &format!("{family}_total"),
-                &[("pid", &pid), ("comm", &comm)],
-                get(p),
-            );
-        }
-    }
-    for (field, get) in pid_gauges {
-        let family = format!("pghotd_pid_{field}");
-        w.family(&family, "gauge", &format!("per-process {field}"));
-        for p in &snap.pids {
-            let (pid, comm) = labels(p);
-            w.sample(&family, &[("pid", &pid), ("comm", &comm)], get(p));
-        }
-    }
+    w.counters(snap);
+    w.gauges(snap);
+    w.nodes(snap);
+    w.pids(snap);
     w.out.push_str("# EOF\n");
     w.out
+}
+
+/// The families of a snapshot, in the order `render` writes them.
+impl Writer {
+    /// The registry's counters; `<name>_node<N>` ones as one family per name, by node.
+    fn counters(&mut self, snap: &Snapshot) {
+        let mut per_node: std::collections::BTreeMap<&str, Vec<(&str, u64)>> = Default::default();
+        for (name, &value) in &snap.counters {
+            if let Some((base, node)) = node_suffix(name) {
+                per_node.entry(base).or_default().push((node, value));
+                continue;
+            }
+            let family = format!("pghotd_{name}");
+            self.family(&family, "counter", &format!("pghotd counter {name}"));
+            self.sample(&format!("{family}_total"), &[], value);
+        }
+        for (base, nodes) in &per_node {
+            let family = format!("pghotd_{base}");
+            self.family(
+                &family,
+                "counter",
+                &format!("pghotd counter {base}<N>, by node"),
+            );
+            for (node, value) in nodes {
+                self.sample(&format!("{family}_total"), &[("node", node)], value);
+            }
+        }
+    }
+
+    /// The table's size, the pause switch and the uptime.
+    fn gauges(&mut self, snap: &Snapshot) {
+        let gauges: [(&str, &str, u64); 3] = [
+            (
+                "pghotd_tracked_pages",
+                "pages in the hotness table",
+                snap.tracked_pages,
+            ),
+            (
+                "pghotd_max_tracked_pages",
+                "hotness table bound (max_tracked_pages)",
+                snap.max_tracked_pages,
+            ),
+            (
+                "pghotd_paused",
+                "1 while promotion is paused",
+                u64::from(snap.paused),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            self.family(name, "gauge", help);
+            self.sample(name, &[], value);
+        }
+        self.family(
+            "pghotd_uptime_seconds",
+            "gauge",
+            "seconds since pghotd started",
+        );
+        self.sample(
+            "pghotd_uptime_seconds",
+            &[],
+            format!("{:.3}", snap.uptime_s),
+        );
+    }
+
+    /// Per node: the migrator's queue depth, memory total and free.
+    fn nodes(&mut self, snap: &Snapshot) {
+        self.family(
+            "pghotd_queue_depth",
+            "gauge",
+            "candidates waiting for a lower-tier node's migrator",
+        );
+        for n in &snap.nodes {
+            if let Some(d) = n.queue_depth {
+                self.sample("pghotd_queue_depth", &[("node", &n.node.to_string())], d);
+            }
+        }
+        // Samples follow their own family's # TYPE line.
+        self.family("pghotd_node_mem_total_bytes", "gauge", "memory of a node");
+        for n in &snap.nodes {
+            let node = n.node.to_string();
+            let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
+            self.sample(
+                "pghotd_node_mem_total_bytes",
+                &labels,
+                n.mem_total_kb * 1024,
+            );
+        }
+        self.family(
+            "pghotd_node_mem_free_bytes",
+            "gauge",
+            "free memory of a node",
+        );
+        for n in &snap.nodes {
+            let node = n.node.to_string();
+            let labels = [("node", node.as_str()), ("tier", n.tier.as_str())];
+            if let Some(free) = n.mem_free_kb {
+                self.sample("pghotd_node_mem_free_bytes", &labels, free * 1024);
+            }
+        }
+    }
+
+    /// Per process: its counters and its table gauges, labelled by pid and comm.
+    fn pids(&mut self, snap: &Snapshot) {
+        type Field = fn(&pghot_protocol::PidRow) -> u64;
+        let pid_counters: [(&str, Field); 6] = [
+            ("samples", |p| p.counts.samples),
+            ("recorded", |p| p.counts.recorded),
+            ("candidates", |p| p.counts.candidates),
+            ("promoted_pages", |p| p.counts.promoted_pages),
+            ("promoted_bytes", |p| p.counts.promoted_bytes),
+            ("fail", |p| p.counts.fail),
+        ];
+        let pid_gauges: [(&str, Field); 3] = [
+            ("tracked_pages", |p| p.tracked_pages),
+            ("hot", |p| p.hot),
+            ("hot_slow", |p| p.hot_slow),
+        ];
+        let labels = |p: &pghot_protocol::PidRow| (p.pid.to_string(), p.comm.clone());
+        for (field, get) in pid_counters {
+            let family = format!("pghotd_pid_{field}");
+            self.family(&family, "counter", &format!("per-process {field}"));
+            for p in &snap.pids {
+                let (pid, comm) = labels(p);
+                self.sample(
+                    &format!("{family}_total"),
+                    &[("pid", &pid), ("comm", &comm)],
+                    get(p),
+                );
+            }
+        }
+        for (field, get) in pid_gauges {
+            let family = format!("pghotd_pid_{field}");
+            self.family(&family, "gauge", &format!("per-process {field}"));
+            for p in &snap.pids {
+                let (pid, comm) = labels(p);
+                self.sample(&family, &[("pid", &pid), ("comm", &comm)], get(p));
+            }
+        }
+    }
 }
 
 /// Binds the metrics address before any thread starts.

@@ -234,7 +234,7 @@ fn move_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrator::ratelimit::tests::FakeClock;
+    use crate::migrator::ratelimit::fake::FakeClock;
     use crate::movepages::fake::FakeMover;
 
     const BASE: u64 = 0x7f00_0000_0000;

@@ -122,10 +122,14 @@ impl RateLimits {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
+pub(crate) mod fake {
+    //! A clock for tests of any module that takes a [`Clock`] (the migrator, the control
+    //! plane's migrate request), beside the trait it implements like `movepages::fake`.
+
+    use super::Clock;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
 
     /// A clock the test moves by hand.
     #[derive(Clone, Default)]
@@ -142,6 +146,12 @@ pub(crate) mod tests {
             Duration::from_nanos(self.0.load(Ordering::SeqCst))
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeClock;
+    use super::*;
 
     #[test]
     fn bucket_starts_full_and_refills_at_the_rate() {

@@ -380,6 +380,109 @@ struct RunCtx<'a> {
     costs: CostModel,
 }
 
+impl Engine {
+    fn new(policy: &Policy, mem: &SharedMemory, pages: usize, scale: f64) -> Engine {
+        match policy {
+            Policy::Baseline => Engine::Baseline,
+            Policy::Numab2 => Engine::Numab2(Numab2::new(scale)),
+            Policy::Damon => Engine::Damon(Damon::new(pages, scale)),
+            Policy::Pghotd(policy) => {
+                Engine::Pghotd(Box::new(PghotdEngine::new(policy, mem, pages, scale)))
+            }
+        }
+    }
+
+    /// One tick of the policy under test: pghotd through its real code, the others through
+    /// their models on the locked memory.
+    fn tick(&mut self, t_s: f64, rate: f64, ctx: &mut RunCtx<'_>, reserve_pages: u64) {
+        if let Engine::Pghotd(e) = self {
+            e.tick(t_s, rate, ctx);
+            return;
+        }
+        let mut tick = Tick {
+            dt_s: TICK_S,
+            access_rate: rate,
+            scale: ctx.scale,
+            mem: &mut ctx.mem.lock(),
+            rng: ctx.rng,
+            reserve_pages,
+        };
+        match self {
+            Engine::Numab2(m) => m.tick(&mut tick),
+            Engine::Damon(m) => m.tick(&mut tick),
+            Engine::Baseline | Engine::Pghotd(_) => {}
+        }
+    }
+}
+
+/// What a run measures tick by tick, for the [`Report`].
+#[derive(Default)]
+struct Progress {
+    /// When coverage first reached 90 % and 99 %.
+    time_to: [Option<f64>; 2],
+    timeline: Vec<Row>,
+    /// Per shift of the hot set, how long coverage took to get back to 95 %.
+    recovery: Vec<Option<f64>>,
+    shift_at: Option<f64>,
+    /// Latency summed over the last quarter of the run, and the ticks summed.
+    lat_sum: f64,
+    lat_n: u64,
+    cpu_peak: Option<f64>,
+    /// Cumulative CPU at the last timeline row.
+    cpu_last: f64,
+}
+
+impl Progress {
+    /// The workload's hot set moved at `t_s`.
+    fn shifted(&mut self, t_s: f64) {
+        self.recovery.push(None);
+        self.shift_at = Some(t_s);
+    }
+
+    /// Coverage milestones, recovery after a shift, and the last quarter's latency, after
+    /// tick `tick` of `ticks`. Returns the coverage.
+    fn observe(&mut self, m: &Memory, tick: u64, ticks: u64, t_s: f64, costs: &CostModel) -> f64 {
+        let coverage = m.coverage_pct();
+        for (slot, bar) in self.time_to.iter_mut().zip([90.0, 99.0]) {
+            if slot.is_none() && coverage >= bar {
+                *slot = Some(t_s);
+            }
+        }
+        if let (Some(at), Some(last)) = (self.shift_at, self.recovery.last_mut())
+            && last.is_none()
+            && coverage >= 95.0
+        {
+            *last = Some(t_s - at);
+        }
+        if tick * 4 > ticks * 3 {
+            self.lat_sum += costs.latency_ns(m.fast_access_share());
+            self.lat_n += 1;
+        }
+        coverage
+    }
+
+    /// Adds a timeline row; `window_s` is the time since the last one.
+    fn row(&mut self, t_s: f64, coverage: f64, engine: &Engine, ctx: &RunCtx<'_>, window_s: f64) {
+        let (mem, scale, costs) = (ctx.mem, ctx.scale, &ctx.costs);
+        let cpu = cpu_of(engine, mem, scale, costs);
+        let window_cpu = cpu.map(|c| (c - self.cpu_last) * 100.0 / window_s);
+        self.cpu_last = cpu.unwrap_or(0.0);
+        if let Some(w) = window_cpu {
+            self.cpu_peak = Some(self.cpu_peak.map_or(w, |p: f64| p.max(w)));
+        }
+        let m = mem.lock();
+        self.timeline.push(Row {
+            t_s,
+            coverage_pct: coverage,
+            over_promotion_pct: m.over_promotion_pct(),
+            promoted_mb: m.moved_to_fast as f64 * scale * PAGE_BYTES / (1 << 20) as f64,
+            period: period_of(engine),
+            cpu_pct: window_cpu,
+            latency_ns: costs.latency_ns(m.fast_access_share()),
+        });
+    }
+}
+
 /// Runs one simulation.
 pub fn run(p: &SimParams) -> Report {
     let scale = p.scale.max(1.0);
@@ -392,101 +495,46 @@ pub fn run(p: &SimParams) -> Report {
         mem.lock().set_truth(hot, weight);
     }
     let mut rng = SplitMix64::stream(p.seed, 1);
-    let mut engine = match p.policy {
-        Policy::Baseline => Engine::Baseline,
-        Policy::Numab2 => Engine::Numab2(Numab2::new(scale)),
-        Policy::Damon => Engine::Damon(Damon::new(workload.pages(), scale)),
-        Policy::Pghotd(ref policy) => Engine::Pghotd(Box::new(PghotdEngine::new(
-            policy,
-            &mem,
-            workload.pages(),
-            scale,
-        ))),
-    };
+    let mut engine = Engine::new(&p.policy, &mem, workload.pages(), scale);
     let ticks = (p.duration_s / TICK_S).round() as u64;
     let report_every = ((p.report_every_s / TICK_S).round() as u64).max(1);
-    let mut time_to = [None, None];
-    let mut timeline = Vec::new();
-    let mut recovery: Vec<Option<f64>> = Vec::new();
-    let mut shift_at: Option<f64> = None;
-    let (mut lat_sum, mut lat_n) = (0.0, 0u64);
-    let mut cpu_peak: Option<f64> = None;
-    let mut cpu_last = 0.0;
+    let mut progress = Progress::default();
     for tick in 1..=ticks {
         let t_s = tick as f64 * TICK_S;
         if workload.advance(t_s) {
             let (hot, weight) = workload.truth();
             mem.lock().set_truth(hot, weight);
-            recovery.push(None);
-            shift_at = Some(t_s);
+            progress.shifted(t_s);
         }
         let latency = p.costs.latency_ns(mem.lock().fast_access_share());
         let rate = workload.access_rate(latency);
-        if let Engine::Pghotd(e) = &mut engine {
-            e.tick(
-                t_s,
-                rate,
-                &mut RunCtx {
-                    workload: &workload,
-                    mem: &mem,
-                    rng: &mut rng,
-                    scale,
-                    costs: p.costs,
-                },
-            );
-        } else {
-            let mut tick = Tick {
-                dt_s: TICK_S,
-                access_rate: rate,
-                scale,
-                mem: &mut mem.lock(),
-                rng: &mut rng,
-                reserve_pages,
-            };
-            match &mut engine {
-                Engine::Numab2(m) => m.tick(&mut tick),
-                Engine::Damon(m) => m.tick(&mut tick),
-                Engine::Baseline | Engine::Pghotd(_) => {}
-            }
-        }
-        let m = mem.lock();
-        let coverage = m.coverage_pct();
-        for (slot, bar) in time_to.iter_mut().zip([90.0, 99.0]) {
-            if slot.is_none() && coverage >= bar {
-                *slot = Some(t_s);
-            }
-        }
-        if let (Some(at), Some(last)) = (shift_at, recovery.last_mut())
-            && last.is_none()
-            && coverage >= 95.0
-        {
-            *last = Some(t_s - at);
-        }
-        if tick * 4 > ticks * 3 {
-            lat_sum += p.costs.latency_ns(m.fast_access_share());
-            lat_n += 1;
-        }
+        let mut ctx = RunCtx {
+            workload: &workload,
+            mem: &mem,
+            rng: &mut rng,
+            scale,
+            costs: p.costs,
+        };
+        engine.tick(t_s, rate, &mut ctx, reserve_pages);
+        let coverage = progress.observe(&mem.lock(), tick, ticks, t_s, &p.costs);
         if tick % report_every == 0 {
-            drop(m);
-            let cpu = cpu_of(&engine, &mem, scale, &p.costs);
-            let window_cpu = cpu.map(|c| (c - cpu_last) * 100.0 / (report_every as f64 * TICK_S));
-            cpu_last = cpu.unwrap_or(0.0);
-            if let Some(w) = window_cpu {
-                cpu_peak = Some(cpu_peak.map_or(w, |p: f64| p.max(w)));
-            }
-            let m = mem.lock();
-            timeline.push(Row {
-                t_s,
-                coverage_pct: coverage,
-                over_promotion_pct: m.over_promotion_pct(),
-                promoted_mb: m.moved_to_fast as f64 * scale * PAGE_BYTES / (1 << 20) as f64,
-                period: period_of(&engine),
-                cpu_pct: window_cpu,
-                latency_ns: p.costs.latency_ns(m.fast_access_share()),
-            });
+            progress.row(t_s, coverage, &engine, &ctx, report_every as f64 * TICK_S);
         }
     }
-    let cpu = cpu_of(&engine, &mem, scale, &p.costs);
+    report(p, scale, reserve_pages, &workload, &engine, &mem, progress)
+}
+
+/// The report at the end of a run.
+fn report(
+    p: &SimParams,
+    scale: f64,
+    reserve_pages: u64,
+    workload: &Workload,
+    engine: &Engine,
+    mem: &SharedMemory,
+    progress: Progress,
+) -> Report {
+    let cpu = cpu_of(engine, mem, scale, &p.costs);
     let m = mem.lock();
     let hot_pages = workload.hot_pages() as f64;
     let to_full_mb = scale * PAGE_BYTES / (1 << 20) as f64;
@@ -502,24 +550,24 @@ pub fn run(p: &SimParams) -> Report {
         fast_gb: m.fast_used() as f64 * scale * PAGE_BYTES / GIB,
         promoted_mb: m.moved_to_fast as f64 * to_full_mb,
         demoted_mb: m.moved_to_slow as f64 * to_full_mb,
-        time_to_90_s: time_to[0],
-        time_to_99_s: time_to[1],
+        time_to_90_s: progress.time_to[0],
+        time_to_99_s: progress.time_to[1],
         cpu_pct: cpu.map(|c| c * 100.0 / p.duration_s.max(TICK_S)),
-        cpu_peak_pct: cpu_peak,
-        latency_ns: lat_sum / lat_n.max(1) as f64,
-        samples: match &engine {
+        cpu_peak_pct: progress.cpu_peak,
+        latency_ns: progress.lat_sum / progress.lat_n.max(1) as f64,
+        samples: match engine {
             Engine::Pghotd(e) => (e.samples as f64 * scale) as u64,
             _ => 0,
         },
-        period_final: period_of(&engine),
+        period_final: period_of(engine),
         fast_peak_used_pct: m.peak_fast_used as f64 * 100.0 / m.fast_capacity_pages.max(1) as f64,
         watermark_kept: m.peak_fast_used <= m.fast_capacity_pages - reserve_pages,
-        hint_faults: match &engine {
+        hint_faults: match engine {
             Engine::Numab2(n) => Some((n.hint_faults * scale) as u64),
             _ => None,
         },
-        recovery_95_s: recovery,
-        timeline,
+        recovery_95_s: progress.recovery,
+        timeline: progress.timeline,
     }
 }
 

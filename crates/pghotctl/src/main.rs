@@ -141,128 +141,19 @@ fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
-    let connect = || Client::connect(&cli.socket);
     match &cli.command {
-        Command::Status => {
-            let v = connect()?.request(&Request::Status)?;
-            if cli.json {
-                return print_json(&v);
-            }
-            let s: StatusReport = serde_json::from_value(v)?;
-            print_status(&s)
-        }
+        Command::Status => status(cli),
         Command::Stats { watch, pids } => stats(cli, *watch, *pids),
         Command::Top {
             interval,
             once,
             pid,
-        } => {
-            if *once {
-                let v = connect()?.request(&Request::Top {
-                    pid: *pid,
-                    limit: DEFAULT_TOP_PIDS,
-                })?;
-                return print_json(&v);
-            }
-            let interval = positive_secs(*interval, "--interval")?;
-            // Fail early, before the terminal switches, when the daemon is not there.
-            connect()?;
-            let mut daemon = LiveDaemon {
-                path: cli.socket.clone(),
-                client: None,
-            };
-            crate::view::term::run(&mut daemon, interval).context("terminal")
-        }
-        Command::Config { op } => {
-            let mut client = connect()?;
-            match op {
-                ConfigOp::Get { key } => {
-                    let v = client.request(&Request::ConfigGet { key: key.clone() })?;
-                    if cli.json {
-                        return print_json(&v);
-                    }
-                    let mut out = std::io::stdout().lock();
-                    for (k, v) in v.as_object().into_iter().flatten() {
-                        writeln!(out, "{k} = {v}")?;
-                    }
-                    Ok(())
-                }
-                ConfigOp::Set { key, value } => {
-                    let v = client.request(&Request::ConfigSet {
-                        key: key.clone(),
-                        value: value.clone(),
-                    })?;
-                    if cli.json {
-                        return print_json(&v);
-                    }
-                    let r: ReloadReport = serde_json::from_value(v)?;
-                    if r.applied.is_empty() {
-                        println!("{key}: unchanged");
-                    } else {
-                        println!("{key} = {value}: applied");
-                    }
-                    Ok(())
-                }
-            }
-        }
-        Command::Pause | Command::Resume => {
-            let req = if matches!(cli.command, Command::Pause) {
-                Request::Pause
-            } else {
-                Request::Resume
-            };
-            let v = connect()?.request(&req)?;
-            if cli.json {
-                return print_json(&v);
-            }
-            let paused = v["paused"].as_bool().unwrap_or(false);
-            println!("promotion {}", if paused { "paused" } else { "running" });
-            Ok(())
-        }
-        Command::Reload => {
-            let v = connect()?.request(&Request::Reload)?;
-            if cli.json {
-                return print_json(&v);
-            }
-            let r: ReloadReport = serde_json::from_value(v)?;
-            println!(
-                "reloaded {}",
-                r.file
-                    .as_deref()
-                    .unwrap_or("(no config file; defaults and flags)")
-            );
-            println!("  applied: {}", list(&r.applied));
-            println!(
-                "  needs restart (running value kept): {}",
-                list(&r.needs_restart)
-            );
-            Ok(())
-        }
-        Command::Migrate { pid, from, to } => {
-            let v = connect()?.request(&Request::Migrate {
-                pid: *pid,
-                from: from.clone(),
-                to: *to,
-            })?;
-            if cli.json {
-                return print_json(&v);
-            }
-            let r: MigrateReport = serde_json::from_value(v)?;
-            println!(
-                "pid {}: {} of {} pages moved to node {} ({:.1} MiB), {} failed, {:.2}s ({:.2}s waiting for the rate limit){}",
-                r.pid,
-                r.moved_pages,
-                r.pages_found,
-                r.to,
-                r.moved_bytes as f64 / f64::from(1 << 20),
-                r.failed_pages,
-                r.elapsed_s,
-                r.ratelimit_wait_s,
-                r.stopped
-                    .map_or(String::new(), |s| format!("; stopped early: {s}"))
-            );
-            Ok(())
-        }
+        } => top(cli, *interval, *once, *pid),
+        Command::Config { op } => config(cli, op),
+        Command::Pause => pause(cli, Request::Pause),
+        Command::Resume => pause(cli, Request::Resume),
+        Command::Reload => reload(cli),
+        Command::Migrate { pid, from, to } => migrate(cli, *pid, from, *to),
         Command::Record { output, duration } => record(cli, output, *duration),
         Command::Generate { kind } => {
             use clap::CommandFactory;
@@ -270,6 +161,123 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+fn status(cli: &Cli) -> anyhow::Result<()> {
+    let v = Client::connect(&cli.socket)?.request(&Request::Status)?;
+    if cli.json {
+        return print_json(&v);
+    }
+    let s: StatusReport = serde_json::from_value(v)?;
+    print_status(&s)
+}
+
+fn top(cli: &Cli, interval: f64, once: bool, pid: Option<u32>) -> anyhow::Result<()> {
+    if once {
+        let v = Client::connect(&cli.socket)?.request(&Request::Top {
+            pid,
+            limit: DEFAULT_TOP_PIDS,
+        })?;
+        return print_json(&v);
+    }
+    let interval = positive_secs(interval, "--interval")?;
+    // Fail early, before the terminal switches, when the daemon is not there.
+    Client::connect(&cli.socket)?;
+    let mut daemon = LiveDaemon {
+        path: cli.socket.clone(),
+        client: None,
+    };
+    crate::view::term::run(&mut daemon, interval).context("terminal")
+}
+
+fn config(cli: &Cli, op: &ConfigOp) -> anyhow::Result<()> {
+    let mut client = Client::connect(&cli.socket)?;
+    match op {
+        ConfigOp::Get { key } => {
+            let v = client.request(&Request::ConfigGet { key: key.clone() })?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let mut out = std::io::stdout().lock();
+            for (k, v) in v.as_object().into_iter().flatten() {
+                writeln!(out, "{k} = {v}")?;
+            }
+            Ok(())
+        }
+        ConfigOp::Set { key, value } => {
+            let v = client.request(&Request::ConfigSet {
+                key: key.clone(),
+                value: value.clone(),
+            })?;
+            if cli.json {
+                return print_json(&v);
+            }
+            let r: ReloadReport = serde_json::from_value(v)?;
+            if r.applied.is_empty() {
+                println!("{key}: unchanged");
+            } else {
+                println!("{key} = {value}: applied");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `pause` or `resume`, by `req`.
+fn pause(cli: &Cli, req: Request) -> anyhow::Result<()> {
+    let v = Client::connect(&cli.socket)?.request(&req)?;
+    if cli.json {
+        return print_json(&v);
+    }
+    let paused = v["paused"].as_bool().unwrap_or(false);
+    println!("promotion {}", if paused { "paused" } else { "running" });
+    Ok(())
+}
+
+fn reload(cli: &Cli) -> anyhow::Result<()> {
+    let v = Client::connect(&cli.socket)?.request(&Request::Reload)?;
+    if cli.json {
+        return print_json(&v);
+    }
+    let r: ReloadReport = serde_json::from_value(v)?;
+    println!(
+        "reloaded {}",
+        r.file
+            .as_deref()
+            .unwrap_or("(no config file; defaults and flags)")
+    );
+    println!("  applied: {}", list(&r.applied));
+    println!(
+        "  needs restart (running value kept): {}",
+        list(&r.needs_restart)
+    );
+    Ok(())
+}
+
+fn migrate(cli: &Cli, pid: u32, from: &[NodeId], to: NodeId) -> anyhow::Result<()> {
+    let v = Client::connect(&cli.socket)?.request(&Request::Migrate {
+        pid,
+        from: from.to_vec(),
+        to,
+    })?;
+    if cli.json {
+        return print_json(&v);
+    }
+    let r: MigrateReport = serde_json::from_value(v)?;
+    println!(
+        "pid {}: {} of {} pages moved to node {} ({:.1} MiB), {} failed, {:.2}s ({:.2}s waiting for the rate limit){}",
+        r.pid,
+        r.moved_pages,
+        r.pages_found,
+        r.to,
+        r.moved_bytes as f64 / f64::from(1 << 20),
+        r.failed_pages,
+        r.elapsed_s,
+        r.ratelimit_wait_s,
+        r.stopped
+            .map_or(String::new(), |s| format!("; stopped early: {s}"))
+    );
+    Ok(())
 }
 
 fn list(v: &[String]) -> String {

@@ -1,0 +1,303 @@
+//! One batch, steps 1-4 of the module's description: grouping by (pid, destination, size),
+//! admission, the watermark and the capacity-aware cut, the rate limit, the move_pages query
+//! and move, and accounting every candidate in exactly one counter.
+
+use std::sync::atomic::Ordering;
+
+use super::Migrator;
+use super::capacity::admit_hottest;
+use super::ratelimit::Clock;
+use crate::hotness::candidate::Candidate;
+use crate::movepages::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
+use crate::pidstats::PidCounts;
+use crate::stats::Counter;
+use crate::topology::NodeId;
+
+impl<M: Mover, C: Clock> Migrator<M, C> {
+    /// Promotes a batch; every candidate ends in exactly one counter.
+    pub fn process(&mut self, batch: &mut Vec<Candidate>) {
+        if self.paused.load(Ordering::Relaxed) {
+            // Paused: candidates are still counted and stay eligible; nothing moves.
+            self.held_back(batch, Counter::PgpromotePaused);
+            batch.clear();
+            return;
+        }
+        if let Some(admission) = &mut self.admission {
+            admission.admit(batch, &self.table, &self.stats);
+        }
+        // Groups are also by size: admission charges folios at their size, and a group's
+        // watermark and rate limit count in units of one size.
+        batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.bytes, c.key.vaddr()));
+        let mut start = 0;
+        while start < batch.len() {
+            let (pid, to, bytes) = (
+                batch[start].key.pid(),
+                batch[start].to_node,
+                batch[start].bytes,
+            );
+            let end = start
+                + batch[start..]
+                    .iter()
+                    .take_while(|c| c.key.pid() == pid && c.to_node == to && c.bytes == bytes)
+                    .count();
+            self.process_group(pid, to, &batch[start..end]);
+            let group = std::mem::take(&mut self.group);
+            if group != PidCounts::default() {
+                self.pids.add(pid, &group);
+            }
+            start = end;
+        }
+        batch.clear();
+    }
+
+    /// Pages the destination can take before reaching its watermark; unlimited when its free
+    /// memory cannot be read (e.g. a replayed trace names a node this machine lacks).
+    fn watermark_room(&mut self, to: NodeId, page_bytes: u64) -> usize {
+        let Some(node) = self.topology.node(to) else {
+            return usize::MAX;
+        };
+        let reserve_kb = node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100;
+        match self.free.free_kb(to) {
+            Ok(free_kb) => {
+                let room_kb = free_kb.saturating_sub(reserve_kb);
+                usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
+            }
+            Err(e) => {
+                if !self.watermark_warned {
+                    tracing::warn!(node = to, "cannot read free memory, no watermark: {e}");
+                    self.watermark_warned = true;
+                }
+                usize::MAX
+            }
+        }
+    }
+
+    fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
+        let page_bytes = group[0].bytes;
+        let room = self.watermark_room(to, page_bytes);
+        let admitted = self.admit(to, group, room);
+        let group = admitted.as_slice();
+
+        let now = self.clock.now();
+        let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
+        let allowed = self.limits.take(to, now, rate, page_bytes, group.len());
+        let (group, limited) = group.split_at(allowed);
+        self.held_back(limited, Counter::PgpromoteRatelimited);
+        if group.is_empty() {
+            return;
+        }
+        if self.config.dry_run {
+            for c in group {
+                self.promoted(c);
+            }
+            return;
+        }
+        let moved = self.move_group(pid, to, group);
+        let unmoved = (group.len() - moved) as u64;
+        self.limits.refund(to, unmoved * page_bytes);
+    }
+
+    /// The capacity-aware cut: every candidate's heat feeds the histogram; when the group does
+    /// not fit in `room`, the hottest go first and none colder than the histogram's cut (so
+    /// lukewarm pages offered early do not take the room hotter ones will need). Held-back
+    /// pages are counted (watermark: no room; cold: room kept for hotter) and stay eligible.
+    fn admit(&mut self, to: NodeId, group: &[Candidate], room: usize) -> Vec<Candidate> {
+        let mut heats: Vec<(Candidate, f64)> = group
+            .iter()
+            .map(|c| (*c, self.table.heat_of(c.key).unwrap_or(0.0)))
+            .collect();
+        for (_, heat) in &heats {
+            self.heat_admission.observe(*heat);
+        }
+        // With demotion, our pages that went cold are room too: demotion frees it for whoever
+        // the watermark holds back now. Counted as taken, they kept the cut high after a
+        // shift of the hot set, and the new set's single-sample candidates (heat just under
+        // 1, the bin below a twice-sampled page's) were refused as cold while room was left.
+        // The count admitted stays what fits now; the watermark is never crossed.
+        let reclaimable = if self.config.demote && !self.config.dry_run {
+            self.demoter.reclaimable(to)
+        } else {
+            0
+        };
+        let cut_room = (room as u64).saturating_add(reclaimable);
+        if group.len() <= room && self.heat_admission.demand() <= cut_room {
+            return group.to_vec();
+        }
+        let cut = self.heat_admission.cut(cut_room);
+        let n = admit_hottest(&mut heats, room, cut);
+        for (c, heat) in &heats[n..] {
+            self.demoter.note_pressure(to, *heat);
+            let counter = if n < room {
+                Counter::PgpromoteFailCold
+            } else {
+                Counter::PgpromoteFailWatermark
+            };
+            self.held_back(std::slice::from_ref(c), counter);
+        }
+        // Keep the kernel-facing order (by address) for the move.
+        let mut admitted: Vec<Candidate> = heats[..n].iter().map(|(c, _)| *c).collect();
+        admitted.sort_unstable_by_key(|c| c.key.vaddr());
+        admitted
+    }
+
+    /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or
+    /// unallocatable page) and makes them eligible again, so their next sample offers them
+    /// anew instead of waiting for their window to expire.
+    fn held_back(&self, pages: &[Candidate], counter: Counter) {
+        self.stats.add(counter, pages.len() as u64);
+        for c in pages {
+            self.table.unqueue(c.key);
+        }
+    }
+
+    /// Accounts one page's failure by its counter; transient ones are retried.
+    fn failed(&mut self, c: &Candidate, counter: Counter) {
+        self.group.fail += 1;
+        if is_transient(counter) {
+            self.held_back(std::slice::from_ref(c), counter);
+        } else {
+            // Permanent for now (gone, shared, not allowed): stays queued until its window
+            // expires, so a page that cannot move is not retried on every sample.
+            self.stats.add(counter, 1);
+        }
+    }
+
+    fn promoted(&mut self, c: &Candidate) {
+        self.group.promoted_pages += 1;
+        self.group.promoted_bytes += c.bytes;
+        self.stats.add_promoted(c.to_node, 1, c.bytes);
+        self.table.mark_promoted_by_us(c.key, c.to_node);
+    }
+
+    pub(super) fn query(
+        &mut self,
+        pid: u32,
+        pages: &[u64],
+        status: &mut [i32],
+    ) -> Result<(), nix::Error> {
+        self.stats.add(Counter::MigratorSyscalls, 1);
+        status.fill(STATUS_UNWRITTEN);
+        self.mover.move_pages(pid, pages, None, status).map(|_| ())
+    }
+
+    /// Queries, moves and accounts one group. Returns how many pages reached `to`.
+    fn move_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) -> usize {
+        let pages: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
+        let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+        if let Err(errno) = self.query(pid, &pages, &mut status) {
+            self.fail_all(pid, group.len(), errno);
+            return 0;
+        }
+        // Only pages still on a lower tier go into the move.
+        let mut to_move = Vec::with_capacity(group.len());
+        for (c, &s) in group.iter().zip(&status) {
+            match NodeId::try_from(s) {
+                Ok(node) if self.topology.is_lower_tier(node) => to_move.push(*c),
+                Ok(node) => {
+                    self.stats.add(Counter::PgpromoteAlreadyToptier, 1);
+                    self.table.mark_promoted(c.key, node);
+                }
+                Err(_) => self.failed(c, page_failure(s)),
+            }
+        }
+        if to_move.is_empty() {
+            return 0;
+        }
+        let pages: Vec<u64> = to_move.iter().map(|c| c.key.vaddr()).collect();
+        let nodes = vec![i32::from(to); pages.len()];
+        let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+        self.stats.add(Counter::MigratorSyscalls, 1);
+        let result = self
+            .mover
+            .move_pages(pid, &pages, Some(&nodes), &mut status);
+        // What an entry the kernel did not write turned out to be, if a re-query finds it
+        // elsewhere than `to`.
+        let unwritten_reason = match result {
+            Ok(_) => Counter::PgpromoteFailNotMigrated,
+            Err(nix::errno::Errno::ESRCH) => {
+                self.fail_all(pid, to_move.len(), nix::errno::Errno::ESRCH);
+                return 0;
+            }
+            Err(errno) => {
+                self.log_call_failure(pid, to_move.len(), errno);
+                call_failure(errno)
+            }
+        };
+        if status.contains(&STATUS_UNWRITTEN) {
+            self.requery_unwritten(pid, &pages, &mut status);
+        }
+        let mut moved = 0;
+        for (c, &s) in to_move.iter().zip(&status) {
+            if s == i32::from(to) {
+                self.promoted(c);
+                moved += 1;
+            } else if s == STATUS_UNWRITTEN || s >= 0 {
+                self.failed(c, unwritten_reason);
+            } else {
+                self.failed(c, page_failure(s));
+            }
+        }
+        moved
+    }
+
+    /// Fills unwritten statuses with where the pages are now; entries the query cannot
+    /// resolve stay unwritten.
+    fn requery_unwritten(&mut self, pid: u32, pages: &[u64], status: &mut [i32]) {
+        let idx: Vec<usize> = (0..status.len())
+            .filter(|&i| status[i] == STATUS_UNWRITTEN)
+            .collect();
+        let subset: Vec<u64> = idx.iter().map(|&i| pages[i]).collect();
+        let mut found = vec![STATUS_UNWRITTEN; subset.len()];
+        if self.query(pid, &subset, &mut found).is_ok() {
+            for (&i, &s) in idx.iter().zip(&found) {
+                // A negative status means it is gone: leave it unwritten (counted by reason).
+                if s >= 0 {
+                    status[i] = s;
+                }
+            }
+        }
+    }
+
+    fn fail_all(&mut self, pid: u32, n: usize, errno: nix::errno::Errno) {
+        self.group.fail += n as u64;
+        self.log_call_failure(pid, n, errno);
+        self.stats.add(call_failure(errno), n as u64);
+    }
+
+    /// Logs a move_pages call that failed as a whole. An exited process is logged per group
+    /// (a process exits once); other causes the first time and then every 100th, since a
+    /// persistent one (a cpuset without the destination: EACCES) fails every group.
+    fn log_call_failure(&mut self, pid: u32, pages: usize, errno: nix::errno::Errno) {
+        let counter = call_failure(errno).name();
+        if errno == nix::errno::Errno::ESRCH {
+            tracing::info!(
+                pid,
+                "process exited; {pages} queued pages counted as {counter}"
+            );
+            return;
+        }
+        self.call_failures += 1;
+        if self.call_failures % 100 == 1 {
+            tracing::warn!(
+                pid,
+                node = self.node,
+                "move_pages of {pages} pages: {errno}, counted as {counter} ({} such \
+                 failures so far)",
+                self.call_failures
+            );
+        }
+    }
+}
+
+/// Failures that may pass by the next sample of the page.
+fn is_transient(counter: Counter) -> bool {
+    matches!(
+        counter,
+        Counter::PgpromoteRatelimited
+            | Counter::PgpromoteFailWatermark
+            | Counter::PgpromoteFailBusy
+            | Counter::PgpromoteFailNomem
+            | Counter::PgpromoteFailNotMigrated
+            | Counter::PgpromoteFailCold
+    )
+}

@@ -1,0 +1,112 @@
+//! The once-per-interval work of a migrator: the heat histogram's decay, the audit of pages
+//! believed fast, and demotion of its coldest promoted pages off a fast node running low.
+
+use super::ratelimit::Clock;
+use super::{Migrator, audit, demote};
+use crate::hotness::PageKey;
+use crate::movepages::{Mover, STATUS_UNWRITTEN};
+use crate::stats::Counter;
+use crate::topology::NodeId;
+
+impl<M: Mover, C: Clock> Migrator<M, C> {
+    /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
+    /// coldest pages pghotd promoted off any fast node under its low watermark.
+    pub fn maintain(&mut self) {
+        self.heat_admission.decay();
+        // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
+        if !self.config.dry_run && self.clock.now() >= self.next_audit {
+            self.audit();
+            self.next_audit = self.clock.now() + audit::AUDIT_EVERY;
+        }
+        if !self.config.demote || self.config.dry_run {
+            return;
+        }
+        for fast in self.demotes_from.clone() {
+            let (Some(node), Ok(free_kb)) = (self.topology.node(fast), self.free.free_kb(fast))
+            else {
+                continue;
+            };
+            let wanted = demote::pages_wanted(
+                free_kb,
+                node.mem_total_kb,
+                self.config.demote_free_pct,
+                crate::hotness::PAGE_SIZE,
+            );
+            let now = self.clock.now();
+            let victims =
+                self.demoter
+                    .victims(&self.table, fast, wanted, now, crate::hotness::PAGE_SIZE);
+            self.demote_pages(victims);
+        }
+    }
+
+    /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and
+    /// tracks those found on a lower tier as lower-tier again (see [`audit`]).
+    fn audit(&mut self) {
+        let keys = audit::pick(&self.table, &self.demotes_from, self.audit_pages);
+        let mut checked = 0;
+        let mut moved_back = 0;
+        for group in keys.chunk_by(|a, b| a.pid() == b.pid()) {
+            let pid = group[0].pid();
+            let pages: Vec<u64> = group.iter().map(|k| k.vaddr()).collect();
+            let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+            // A process that exited or left the scope is the table's eviction's business.
+            if self.query(pid, &pages, &mut status).is_err() {
+                continue;
+            }
+            checked += pages.len() as u64;
+            for (&key, &s) in group.iter().zip(&status) {
+                if let Ok(node) = NodeId::try_from(s)
+                    && self.topology.is_lower_tier(node)
+                {
+                    self.table.mark_demoted(key, node);
+                    moved_back += 1;
+                }
+            }
+        }
+        self.stats.add(Counter::PghotAuditPages, checked);
+        self.stats.add(Counter::PghotAuditMovedBack, moved_back);
+        if moved_back > 0 {
+            tracing::debug!(
+                node = self.node,
+                "audit: {moved_back} of {checked} pages believed fast are back on a lower tier"
+            );
+        }
+    }
+
+    /// Moves `victims` (pages on a fast node) back to this migrator's node.
+    fn demote_pages(&mut self, mut victims: Vec<PageKey>) {
+        victims.sort_unstable();
+        let mut start = 0;
+        while start < victims.len() {
+            let pid = victims[start].pid();
+            let end = start
+                + victims[start..]
+                    .iter()
+                    .take_while(|k| k.pid() == pid)
+                    .count();
+            let keys = &victims[start..end];
+            let pages: Vec<u64> = keys.iter().map(|k| k.vaddr()).collect();
+            let nodes = vec![i32::from(self.node); pages.len()];
+            let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+            self.stats.add(Counter::MigratorSyscalls, 1);
+            // Whole-call errors leave statuses unwritten: those pages count as failed.
+            let _ = self
+                .mover
+                .move_pages(pid, &pages, Some(&nodes), &mut status);
+            let mut failed = 0u64;
+            for (k, &s) in keys.iter().zip(&status) {
+                if s == i32::from(self.node) {
+                    self.table.mark_demoted(*k, self.node);
+                } else {
+                    failed += 1;
+                }
+            }
+            let moved = keys.len() as u64 - failed;
+            self.stats.add(Counter::PgdemoteSuccess, moved);
+            self.stats.add(Counter::PgdemoteFail, failed);
+            self.demoter.refund(failed * crate::hotness::PAGE_SIZE);
+            start = end;
+        }
+    }
+}

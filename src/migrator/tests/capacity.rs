@@ -1,0 +1,97 @@
+//! The destination's watermark and the capacity-aware heat cut.
+
+use super::*;
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_watermark_admits_only_what_keeps_the_reserve_free() {
+    // node0 of the fixture has 1030716 kB; a 2% reserve is 20614 kB. Leave room for
+    // exactly two pages above it.
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node");
+    copy_tree(&fixture, dir.path());
+    let meminfo = dir.path().join("devices/system/node/node0/meminfo");
+    std::fs::write(
+        &meminfo,
+        "Node 0 MemTotal: 1030716 kB\nNode 0 MemFree: 20622 kB\n",
+    )
+    .unwrap();
+    let topology = Arc::new(Topology::read(SysfsRoot::new(dir.path())).unwrap());
+    let mut rig = rig(MigratorConfig::default());
+    rig.migrator.free = Arc::clone(&topology) as Arc<dyn FreeMemory>;
+    rig.migrator.topology = topology;
+    map(&rig, 10, 0..5);
+    let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 3);
+    // node1 is not under pressure.
+    map(&rig, 11, 0..5);
+    let mut batch: Vec<_> = (0..5).map(|p| cand(11, p, 1)).collect();
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 7);
+}
+
+#[test]
+fn a_tight_fast_node_takes_the_hottest_candidates_first() {
+    let (mut rig, free) = rig_with_free(MigratorConfig::default());
+    // Room for exactly two pages above the reserve.
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 8);
+    map(&rig, 10, 0..5);
+    // Low addresses are lukewarm, high ones hot: first-come would pick 0 and 1.
+    for (page, heat) in [(0, 2), (1, 2), (2, 3), (3, 9), (4, 6)] {
+        sample(&rig, 10, page, heat, 0);
+    }
+    let mut batch: Vec<_> = (0..5).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    let mem = rig.mover.0.lock();
+    assert_eq!(mem.pages[&(10, 3 * PAGE_SIZE)], 0);
+    assert_eq!(mem.pages[&(10, 4 * PAGE_SIZE)], 0);
+    assert_eq!(mem.pages[&(10, 0)], SLOW);
+    drop(mem);
+    assert_eq!(outcomes(&rig), 5);
+}
+
+#[test]
+fn the_heat_cut_keeps_room_for_hotter_pages_across_batches() {
+    let (mut rig, free) = rig_with_free(MigratorConfig::default());
+    // Room for four pages, which the fake keeps (its free memory does not move).
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 4 * 4);
+    map(&rig, 10, 0..100);
+    for page in 0..40 {
+        sample(&rig, 10, page, 1, 0);
+    }
+    for page in 60..70 {
+        sample(&rig, 10, page, 8, 0);
+    }
+    // Interval 1: 30 lukewarm and 4 hot candidates in one batch: the hot four get the room.
+    let mut mixed: Vec<_> = (0..30).chain(60..64).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut mixed);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 30);
+    rig.migrator.maintain();
+    // Interval 2: lukewarm pages come first. There is room, but recent demand says hotter
+    // pages arrive too, so the room is kept for them ...
+    let mut lukewarm: Vec<_> = (30..40).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut lukewarm);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailCold), 10);
+    // ... and the hot ones that follow take it.
+    let mut hot: Vec<_> = (64..66).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut hot);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
+    assert_eq!(outcomes(&rig), 46);
+}

@@ -1,0 +1,166 @@
+//! The once-per-interval work: the audit and demotion.
+
+use super::*;
+
+#[test]
+fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
+    let mut rig = rig(MigratorConfig::default());
+    map(&rig, 10, 0..3);
+    let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0), cand(10, 2, 1)];
+    for c in &batch {
+        rig.table.record(&Access {
+            key: c.key,
+            time_ns: 1_000_000,
+            node: 2,
+            op: AccessOp::Load,
+        });
+    }
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+    // The kernel demotes one page behind pghotd's back; the table still says node 0.
+    let key = PageKey::new(10, PAGE_SIZE).unwrap();
+    rig.mover.0.lock().pages.insert((10, PAGE_SIZE), SLOW);
+    assert_eq!(rig.table.get(key).unwrap().node(), 0);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PghotAuditPages), 3);
+    assert_eq!(counter(&rig, Counter::PghotAuditMovedBack), 1);
+    let e = rig.table.get(key).unwrap();
+    assert_eq!(e.node(), 2, "tracked as lower-tier again");
+    assert!(!e.is_promoted());
+    // Once a second, not per interval.
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PghotAuditPages), 3);
+    rig.clock.advance(audit::AUDIT_EVERY);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PghotAuditPages), 5);
+}
+
+#[test]
+fn a_dry_run_never_audits() {
+    let mut rig = rig(MigratorConfig {
+        dry_run: true,
+        ..MigratorConfig::default()
+    });
+    let key = PageKey::new(10, 0).unwrap();
+    rig.table.record(&Access {
+        key,
+        time_ns: 1_000_000,
+        node: 2,
+        op: AccessOp::Load,
+    });
+    rig.table.mark_promoted(key, 0);
+    assert_eq!(audit::pick(&rig.table, &[0, 1], 10), vec![key]);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PghotAuditPages), 0);
+    assert_eq!(rig.table.get(key).unwrap().node(), 0);
+}
+
+/// A rig with pages 0..`mapped` of pid 10 on the slow node, of which 0..`promoted` were
+/// sampled twice at 0 ms and promoted to node 0.
+fn rig_with_promoted(demote: bool, mapped: u64, promoted: u64) -> (Rig, Arc<FakeFree>) {
+    let config = MigratorConfig {
+        demote,
+        ..MigratorConfig::default()
+    };
+    let (mut rig, free) = rig_with_free(config);
+    map(&rig, 10, 0..mapped);
+    for page in 0..promoted {
+        sample(&rig, 10, page, 2, 0);
+    }
+    rig.migrator
+        .process(&mut (0..promoted).map(|p| cand(10, p, 0)).collect());
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), promoted);
+    (rig, free)
+}
+
+/// After a shift: eight of our pages went cold, six single-sample candidates of the new
+/// set and two hotter ones arrive, with room for four. Returns (promoted of the new set,
+/// held back as cold, held back at the watermark).
+fn shifted_set_with_room_for_four(demote: bool) -> (u64, u64, u64) {
+    let (mut rig, free) = rig_with_promoted(demote, 40, 8);
+    // The old demand ages out; plenty free, nothing demoted.
+    for _ in 0..3 {
+        rig.migrator.maintain();
+    }
+    // 10 s later the new set is sampled: once (heat 1) or four times (heat 4).
+    for page in 10..16 {
+        sample(&rig, 10, page, 1, 10_000);
+    }
+    for page in 20..22 {
+        sample(&rig, 10, page, 4, 10_000);
+    }
+    // Two pages under the low watermark: a pass demotes two of the cold eight.
+    free.0.lock().insert(0, 51_535 - 8);
+    rig.migrator.maintain();
+    let demoted = counter(&rig, Counter::PgdemoteSuccess);
+    assert_eq!(demoted, if demote { 2 } else { 0 });
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 4 * 4);
+    let mut batch: Vec<_> = (10..16).chain(20..22).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut batch);
+    (
+        counter(&rig, Counter::PgpromoteSuccess) - 8,
+        counter(&rig, Counter::PgpromoteFailCold),
+        counter(&rig, Counter::PgpromoteFailWatermark),
+    )
+}
+
+#[test]
+fn with_demotion_our_cold_pages_count_as_room_for_the_heat_cut() {
+    // Without demotion the old set's pages are there for good: the cut keeps the room for
+    // the hotter pages and refuses the single-sample ones as cold, room left over.
+    assert_eq!(shifted_set_with_room_for_four(false), (2, 6, 0));
+    // With it, the six cold pages left are room demotion can make: the room is filled,
+    // and what it cannot take waits at the watermark (which makes the next pass demote).
+    assert_eq!(shifted_set_with_room_for_four(true), (4, 0, 4));
+}
+
+#[test]
+fn demotion_moves_back_our_coldest_pages_under_the_low_watermark() {
+    // Promote six pages; pages 0-2 then go cold, 3-5 stay hot.
+    let (mut rig, free) = rig_with_promoted(true, 6, 6);
+    for page in 3..6 {
+        rig.table.touch(&Access {
+            key: PageKey::new(10, page * PAGE_SIZE).unwrap(),
+            time_ns: 10_000_000_000,
+            node: 0,
+            op: AccessOp::Load,
+        });
+    }
+    // Plenty free: nothing moves.
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
+    // Two pages short of the 5 % low watermark (51535 kB): the two coldest of ours go.
+    free.0.lock().insert(0, 51_535 - 8);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 2);
+    let mem = rig.mover.0.lock();
+    let on_slow: Vec<u64> = (0..6)
+        .filter(|p| mem.pages[&(10, p * PAGE_SIZE)] == SLOW)
+        .collect();
+    drop(mem);
+    assert_eq!(on_slow.len(), 2);
+    assert!(on_slow.iter().all(|p| *p < 3), "{on_slow:?}");
+    let e = rig
+        .table
+        .get(PageKey::new(10, on_slow[0] * PAGE_SIZE).unwrap());
+    assert_eq!(
+        e.map(|e| (e.node(), e.is_promoted())),
+        Some((SLOW as u16, false))
+    );
+    // Hot pages stay even when far short, with nothing waiting and no cold page left.
+    free.0.lock().insert(0, 0);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 3);
+}
+
+#[test]
+fn demotion_is_off_by_default() {
+    let (mut rig, free) = rig_with_free(MigratorConfig::default());
+    map(&rig, 10, 0..2);
+    sample(&rig, 10, 0, 1, 0);
+    rig.migrator.process(&mut vec![cand(10, 0, 0)]);
+    sample(&rig, 10, 1, 1, 60_000); // moves the table clock on: page 0 is cold
+    free.0.lock().insert(0, 0);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
+}

@@ -1,0 +1,169 @@
+//! The `pghot-mig/nodeN` thread: waits on its candidate queue and the daemon's events, and
+//! drains, abandons or reconfigures its [`Migrator`] accordingly.
+
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
+
+use super::ratelimit::Clock;
+use super::{Migrator, MigratorConfig, MigratorEvent};
+use crate::hotness::candidate::{Candidate, CandidateReceiver};
+use crate::movepages::Mover;
+use crate::stats::Counter;
+use crate::topology::NodeId;
+
+/// A running migrator thread.
+pub struct MigratorHandle {
+    node: NodeId,
+    events: Sender<MigratorEvent>,
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MigratorHandle {
+    /// Spawns `pghot-mig/nodeN`.
+    pub fn spawn<M: Mover + 'static, C: Clock + 'static>(
+        mut migrator: Migrator<M, C>,
+        candidates: CandidateReceiver,
+    ) -> std::io::Result<MigratorHandle> {
+        let node = migrator.node();
+        let (events_tx, events_rx) = crossbeam_channel::bounded(16);
+        // Never sent on: the thread drops it when it exits, which disconnects `done`.
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+        let thread = std::thread::Builder::new()
+            .name(format!("pghot-mig/node{node}"))
+            .spawn(move || {
+                let _done = done_tx;
+                run(&mut migrator, &candidates, &events_rx);
+            })?;
+        Ok(MigratorHandle {
+            node,
+            events: events_tx,
+            done: done_rx,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    /// Disconnects (a `recv` returns an error) once the thread has exited: wait on it in a
+    /// `select!` with other channels.
+    pub fn done(&self) -> &Receiver<()> {
+        &self.done
+    }
+
+    /// A sender of events to this migrator (the control plane's `Reconfigure`).
+    pub fn events(&self) -> Sender<MigratorEvent> {
+        self.events.clone()
+    }
+
+    pub fn send(&self, event: MigratorEvent) {
+        // A migrator that already exited has nothing left to do with it.
+        let _ = self.events.send(event);
+    }
+
+    /// Closes the migrator (after a `Stop`, no more candidates will come; a running or
+    /// finishing one abandons or drains as it would anyway) and waits for the thread to exit,
+    /// up to `timeout`. Returns false if it is still running.
+    pub fn join(mut self, timeout: Duration) -> bool {
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        let _ = self.events.try_send(MigratorEvent::Close);
+        if self.done.recv_timeout(timeout) == Err(RecvTimeoutError::Timeout) {
+            tracing::warn!(node = self.node, "migrator did not stop within {timeout:?}");
+            return false;
+        }
+        if thread.join().is_err() {
+            tracing::error!(node = self.node, "migrator thread panicked");
+            return false;
+        }
+        true
+    }
+}
+
+fn run<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    queue: &CandidateReceiver,
+    events: &Receiver<MigratorEvent>,
+) {
+    let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
+    let mut next_wake = Instant::now() + interval(&migrator.config);
+    loop {
+        let timeout = next_wake.saturating_duration_since(Instant::now());
+        select! {
+            recv(queue.wake_channel()) -> _ => drain(migrator, queue, &mut batch),
+            recv(events) -> e => match e {
+                Ok(MigratorEvent::Finish) => {
+                    drain(migrator, queue, &mut batch);
+                    return;
+                }
+                Ok(MigratorEvent::Stop) => {
+                    abandon(migrator, queue, &mut batch);
+                    // Sources may still be offering (they stop within their poll slice):
+                    // keep the queue open and count those too, once Close says none is left.
+                    wait_for_close(events);
+                    abandon(migrator, queue, &mut batch);
+                    return;
+                }
+                Ok(MigratorEvent::Close) | Err(_) => {
+                    abandon(migrator, queue, &mut batch);
+                    return;
+                }
+                Ok(MigratorEvent::Reconfigure(config)) => migrator.reconfigure(config),
+            },
+            default(timeout) => {
+                drain(migrator, queue, &mut batch);
+                migrator.maintain();
+                next_wake = Instant::now() + interval(&migrator.config);
+            }
+        }
+    }
+}
+
+/// Counts the unfinished batch and everything queued as abandoned.
+fn abandon<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    queue: &CandidateReceiver,
+    batch: &mut Vec<Candidate>,
+) {
+    let abandoned = batch.len() + queue.discard_all();
+    migrator
+        .stats
+        .add(Counter::PgpromoteAbandoned, abandoned as u64);
+    batch.clear();
+}
+
+/// After `Stop`: waits for `Close` (or `Finish`, or the daemon gone), ignoring the rest.
+fn wait_for_close(events: &Receiver<MigratorEvent>) {
+    loop {
+        match events.recv() {
+            Ok(MigratorEvent::Close | MigratorEvent::Finish) | Err(_) => return,
+            Ok(MigratorEvent::Stop | MigratorEvent::Reconfigure(_)) => {}
+        }
+    }
+}
+
+/// Promotes everything queued, `migrate_batch` at a time.
+fn drain<M: Mover, C: Clock>(
+    migrator: &mut Migrator<M, C>,
+    queue: &CandidateReceiver,
+    batch: &mut Vec<Candidate>,
+) {
+    while let Some(c) = queue.try_recv() {
+        batch.push(c);
+        if batch.len() >= migrator.config.migrate_batch {
+            migrator.process(batch);
+        }
+    }
+    if !batch.is_empty() {
+        migrator.process(batch);
+    }
+}
+
+fn interval(config: &MigratorConfig) -> Duration {
+    Duration::from_millis(u64::from(config.migrate_interval_ms.max(1)))
+}
