@@ -225,7 +225,7 @@ fn cgroup_is_followed(cg: &TestCgroup) {
     stop(&mut later);
     stop(&mut outside);
     tracker.refresh().unwrap();
-    assert!(!tracker.scope().admits(later.id()));
+    assert!(!tracker.scope().contains(later.id()));
 }
 
 #[test]
@@ -284,7 +284,7 @@ fn a_process_in_its_own_pid_namespace_is_found_by_cgroup_and_by_nspid() {
     });
     let members = by_nspid.refresh().unwrap().members;
     assert_eq!(members, BTreeSet::from([sleep_pid]));
-    assert!(!by_nspid.scope().admits(1));
+    assert!(!by_nspid.scope().contains(1));
     assert!(by_nspid.scope().identity(sleep_pid).is_some());
     stop(&mut unshare);
     let deadline = Instant::now() + Duration::from_secs(5);

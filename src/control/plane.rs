@@ -416,7 +416,7 @@ impl ControlPlane {
         // An operator's move obeys the same scope as promotion, and each chunk is checked
         // against pid reuse like every other move.
         let scope = Arc::clone(self.parts.ingest.scope());
-        if !scope.admits(pid) {
+        if !scope.contains(pid) {
             return Err(failed(
                 ErrorKind::InvalidValue,
                 format!(

@@ -323,7 +323,7 @@ impl Recorder {
 
     /// The filters that need no node: pid, address, scope.
     #[inline]
-    fn admit(&mut self, s: &Sample) -> Option<PageKey> {
+    fn filter(&mut self, s: &Sample) -> Option<PageKey> {
         let reason = if s.pid == 0 {
             Counter::DropPidZero
         } else if s.vaddr == 0 {
@@ -333,7 +333,7 @@ impl Recorder {
         } else {
             match PageKey::new(s.pid, s.vaddr) {
                 None => Counter::DropAddressRange,
-                Some(_) if !self.ingest.scope.admits(s.pid) => Counter::DropOutOfScope,
+                Some(_) if !self.ingest.scope.contains(s.pid) => Counter::DropOutOfScope,
                 Some(key) => return Some(key),
             }
         };
@@ -447,7 +447,7 @@ impl SampleSink for Recorder {
         if self.ingest.tap_on.load(Ordering::Relaxed) {
             self.ingest.tap(s);
         }
-        let Some(key) = self.admit(s) else {
+        let Some(key) = self.filter(s) else {
             return;
         };
         self.local_pids.entry(s.pid, &self.ingest.pids).samples += 1;

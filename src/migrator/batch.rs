@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::Migrator;
-use super::capacity::admit_hottest;
+use super::capacity::keep_hottest;
 use super::ratelimit::Clock;
 use crate::hotness::candidate::Candidate;
 use crate::movepages::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
@@ -75,8 +75,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
         let page_bytes = group[0].bytes;
         let room = self.watermark_room(to, page_bytes);
-        let admitted = self.admit(to, group, room);
-        let group = admitted.as_slice();
+        let kept = self.cut_to_room(to, group, room);
+        let group = kept.as_slice();
 
         let now = self.clock.now();
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
@@ -101,30 +101,30 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// not fit in `room`, the hottest go first and none colder than the histogram's cut (so
     /// lukewarm pages offered early do not take the room hotter ones will need). Held-back
     /// pages are counted (watermark: no room; cold: room kept for hotter) and stay eligible.
-    fn admit(&mut self, to: NodeId, group: &[Candidate], room: usize) -> Vec<Candidate> {
+    fn cut_to_room(&mut self, to: NodeId, group: &[Candidate], room: usize) -> Vec<Candidate> {
         let mut heats: Vec<(Candidate, f64)> = group
             .iter()
             .map(|c| (*c, self.table.heat_of(c.key).unwrap_or(0.0)))
             .collect();
         for (_, heat) in &heats {
-            self.heat_admission.observe(*heat);
+            self.heat_cut.observe(*heat);
         }
         // With demotion, our pages that went cold are room too: demotion frees it for whoever
         // the watermark holds back now. Counted as taken, they kept the cut high after a
         // shift of the hot set, and the new set's single-sample candidates (heat just under
         // 1, the bin below a twice-sampled page's) were refused as cold while room was left.
-        // The count admitted stays what fits now; the watermark is never crossed.
+        // The count kept stays what fits now; the watermark is never crossed.
         let reclaimable = if self.config.demote && !self.config.dry_run {
             self.demoter.reclaimable(to)
         } else {
             0
         };
         let cut_room = (room as u64).saturating_add(reclaimable);
-        if group.len() <= room && self.heat_admission.demand() <= cut_room {
+        if group.len() <= room && self.heat_cut.demand() <= cut_room {
             return group.to_vec();
         }
-        let cut = self.heat_admission.cut(cut_room);
-        let n = admit_hottest(&mut heats, room, cut);
+        let cut = self.heat_cut.cut(cut_room);
+        let n = keep_hottest(&mut heats, room, cut);
         for (c, heat) in &heats[n..] {
             self.demoter.note_pressure(to, *heat);
             let counter = if n < room {
@@ -135,9 +135,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             self.held_back(std::slice::from_ref(c), counter);
         }
         // Keep the kernel-facing order (by address) for the move.
-        let mut admitted: Vec<Candidate> = heats[..n].iter().map(|(c, _)| *c).collect();
-        admitted.sort_unstable_by_key(|c| c.key.vaddr());
-        admitted
+        let mut kept: Vec<Candidate> = heats[..n].iter().map(|(c, _)| *c).collect();
+        kept.sort_unstable_by_key(|c| c.key.vaddr());
+        kept
     }
 
     /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or

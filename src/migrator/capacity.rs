@@ -2,10 +2,10 @@
 //! when the fast tier cannot take them all.
 //!
 //! Without this, a batch that does not fit under the watermark is cut in address order: the
-//! first pages offered win, however lukewarm. [`HeatAdmission`] keeps a histogram of the heat of
+//! first pages offered win, however lukewarm. [`HeatCut`] keeps a histogram of the heat of
 //! recent candidates (log2 bins, halved every interval, after MEMTIS's hotness histogram,
 //! SOSP'23) and, when the room left is smaller than the demand, sets a heat cut so that what is
-//! admitted over an interval is about what fits; inside a batch the hottest go first. The
+//! kept over an interval is about what fits; inside a batch the hottest go first. The
 //! watermark itself is never crossed: the room is what stays above the reserve.
 
 use crate::topology::{NodeId, Topology, TopologyError};
@@ -45,11 +45,11 @@ fn bin_floor(bin: usize) -> f64 {
 
 /// The heat histogram of recent candidates, and the cut it implies for a given room.
 #[derive(Debug, Clone, Default)]
-pub struct HeatAdmission {
+pub struct HeatCut {
     bins: [u64; BINS],
 }
 
-impl HeatAdmission {
+impl HeatCut {
     pub fn observe(&mut self, heat: f64) {
         self.bins[bin_of(heat)] += 1;
     }
@@ -66,22 +66,22 @@ impl HeatAdmission {
         self.bins.iter().sum()
     }
 
-    /// The least heat a candidate needs to be admitted when `room_pages` are left: 0 when the
+    /// The least heat a candidate needs to be kept when `room_pages` are left: 0 when the
     /// recent demand fits; else the floor of the coldest bin whose pages, with every hotter
-    /// bin's, still fit (the hottest bin is always admitted, so promotion never stalls).
+    /// bin's, still fit (the hottest bin is always kept, so promotion never stalls).
     pub fn cut(&self, room_pages: u64) -> f64 {
         if self.demand() <= room_pages {
             return 0.0;
         }
-        let mut admitted = 0u64;
+        let mut kept = 0u64;
         let mut cut_bin = None;
         for bin in (0..BINS).rev() {
             if self.bins[bin] == 0 {
                 continue;
             }
-            admitted += self.bins[bin];
-            if admitted > room_pages {
-                // The hottest non-empty bin is admitted even when it alone overflows.
+            kept += self.bins[bin];
+            if kept > room_pages {
+                // The hottest non-empty bin is kept even when it alone overflows.
                 return bin_floor(cut_bin.unwrap_or(bin));
             }
             cut_bin = Some(bin);
@@ -90,9 +90,9 @@ impl HeatAdmission {
     }
 }
 
-/// Splits `items` (with their heat) into the ones admitted, hottest first, and the rest: at
+/// Splits `items` (with their heat) into the ones kept, hottest first, and the rest: at
 /// most `room` items, none colder than `cut`. Ties keep their order.
-pub fn admit_hottest<T: Copy>(items: &mut [(T, f64)], room: usize, cut: f64) -> usize {
+pub fn keep_hottest<T: Copy>(items: &mut [(T, f64)], room: usize, cut: f64) -> usize {
     items.sort_by(|a, b| b.1.total_cmp(&a.1));
     items
         .iter()
@@ -118,7 +118,7 @@ mod tests {
 
     #[test]
     fn no_cut_while_the_demand_fits() {
-        let mut h = HeatAdmission::default();
+        let mut h = HeatCut::default();
         for heat in [1.0, 2.0, 9.0] {
             h.observe(heat);
         }
@@ -127,8 +127,8 @@ mod tests {
     }
 
     #[test]
-    fn the_cut_admits_only_what_fits_hottest_first() {
-        let mut h = HeatAdmission::default();
+    fn the_cut_keeps_only_what_fits_hottest_first() {
+        let mut h = HeatCut::default();
         // 100 lukewarm (heat 1), 10 warm (heat 4..8), 2 hot (heat 32).
         for _ in 0..100 {
             h.observe(1.2);
@@ -149,14 +149,14 @@ mod tests {
     }
 
     #[test]
-    fn admit_hottest_orders_by_heat_and_respects_room_and_cut() {
+    fn keep_hottest_orders_by_heat_and_respects_room_and_cut() {
         let mut items = vec![(1, 0.5), (2, 8.0), (3, 2.0), (4, 16.0), (5, 1.0)];
-        assert_eq!(admit_hottest(&mut items, 3, 0.0), 3);
+        assert_eq!(keep_hottest(&mut items, 3, 0.0), 3);
         assert_eq!(
             items[..3].iter().map(|i| i.0).collect::<Vec<_>>(),
             [4, 2, 3]
         );
-        assert_eq!(admit_hottest(&mut items, 10, 4.0), 2);
-        assert_eq!(admit_hottest(&mut items, 0, 0.0), 0);
+        assert_eq!(keep_hottest(&mut items, 10, 4.0), 2);
+        assert_eq!(keep_hottest(&mut items, 0, 0.0), 0);
     }
 }

@@ -12,7 +12,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
     /// coldest pages pghotd promoted off any fast node under its low watermark.
     pub fn maintain(&mut self) {
-        self.heat_admission.decay();
+        self.heat_cut.decay();
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
             self.audit();

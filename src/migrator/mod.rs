@@ -43,7 +43,7 @@ use crate::movepages::Mover;
 use crate::pidstats::{PidCounts, PidStats};
 use crate::stats::Stats;
 use crate::topology::{NodeId, Topology};
-use capacity::{FreeMemory, HeatAdmission};
+use capacity::{FreeMemory, HeatCut};
 use demote::Demoter;
 use ratelimit::{Clock, RateLimits};
 
@@ -117,7 +117,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,
     /// Heat of recent candidates, for the capacity-aware cut.
-    heat_admission: HeatAdmission,
+    heat_cut: HeatCut,
     demoter: Demoter,
     /// The fast nodes this migrator demotes back to its own node.
     demotes_from: Vec<NodeId>,
@@ -161,7 +161,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             pids: Arc::new(PidStats::default()),
             group: PidCounts::default(),
             admission: None,
-            heat_admission: HeatAdmission::default(),
+            heat_cut: HeatCut::default(),
             demoter,
             call_failures: 0,
             next_audit: Duration::ZERO,

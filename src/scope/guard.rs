@@ -53,7 +53,7 @@ impl<M: Mover> GuardedMover<M> {
     /// pidfds) must be held across the move. Refusals map to the errno the migrator already
     /// accounts: EPERM (out of scope), ESRCH (gone, reused or not yet seen).
     fn verify(&self, pid: u32) -> Result<Option<std::os::fd::OwnedFd>, Errno> {
-        if !self.scope.admits(pid) {
+        if !self.scope.contains(pid) {
             self.stats.add(Counter::ScopeRefusedOutOfScope, 1);
             return Err(Errno::EPERM);
         }
@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(
             try_move(4_194_000),
             Err(Errno::ESRCH),
-            "admitted, never seen"
+            "in scope, never seen"
         );
         // Queries are not moves: they pass.
         let mut q = GuardedMover::new(fake.clone(), Arc::clone(&scope), Arc::clone(&stats));

@@ -133,7 +133,7 @@ impl PidBits {
 /// The scope as the sample path and the migrators see it.
 pub struct Scope {
     self_pid: u32,
-    /// `None`: every process but pghotd is admitted at the sample path (the move-time check
+    /// `None`: every process but pghotd is in scope at the sample path (the move-time check
     /// still wants an identity, which kernel threads never get).
     members: Option<PidBits>,
     identities: Mutex<HashMap<u32, Identity>>,
@@ -158,7 +158,7 @@ impl Scope {
         }
     }
 
-    /// A scope that starts with `pids` admitted (a tracker may change it).
+    /// A scope that starts with `pids` in it (a tracker may change it).
     pub fn of_pids(pids: impl IntoIterator<Item = u32>, self_pid: u32) -> Scope {
         let bits = PidBits::new();
         for pid in pids {
@@ -181,7 +181,7 @@ impl Scope {
 
     /// Whether samples of `pid` are kept: one relaxed load.
     #[inline]
-    pub fn admits(&self, pid: u32) -> bool {
+    pub fn contains(&self, pid: u32) -> bool {
         pid != self.self_pid && self.members.as_ref().is_none_or(|m| m.contains(pid))
     }
 
@@ -284,7 +284,7 @@ impl ScopeTracker {
         };
 
         let mut chosen = BTreeSet::new();
-        // Explicit pids never seen alive stay admitted (a replayed trace in a dry run names
+        // Explicit pids never seen alive stay in scope (a replayed trace in a dry run names
         // processes of another machine); with no identity they are never moved.
         let mut unseen = BTreeSet::new();
         if self.namespace.is_some() {
@@ -473,13 +473,13 @@ mod tests {
     }
 
     #[test]
-    fn everything_admits_all_but_self_and_identifies_no_kernel_thread() {
+    fn everything_contains_all_but_self_and_identifies_no_kernel_thread() {
         let mut t = tracker(ScopeSelector::default());
         t.refresh().unwrap();
         let scope = t.scope();
         let me = std::process::id();
-        assert!(!scope.admits(me));
-        assert!(scope.admits(1) && scope.admits(4_000_000));
+        assert!(!scope.contains(me));
+        assert!(scope.contains(1) && scope.contains(4_000_000));
         assert_eq!(scope.identity(me), None, "pghotd itself");
         // kthreadd is pid 2 when this test runs in the initial pid namespace.
         if ProcFs::default().stat(2).is_some_and(|s| s.kernel_thread) {
@@ -499,17 +499,17 @@ mod tests {
         let r = t.refresh().unwrap();
         assert_eq!(r.members, BTreeSet::from([pa, 4_194_000]));
         let scope = Arc::clone(t.scope());
-        assert!(scope.admits(pa) && !scope.admits(pb));
+        assert!(scope.contains(pa) && !scope.contains(pb));
         assert!(scope.identity(pa).is_some());
         assert_eq!(
             scope.identity(4_194_000),
             None,
-            "never seen: admitted, not movable"
+            "never seen: in scope, not movable"
         );
         a.kill().unwrap();
         a.wait().unwrap();
         t.refresh().unwrap();
-        assert!(!scope.admits(pa));
+        assert!(!scope.contains(pa));
         assert_eq!(scope.identity(pa), None);
         b.kill().unwrap();
         b.wait().unwrap();
@@ -534,7 +534,7 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         t.refresh().unwrap();
-        assert!(!t.scope().admits(pid));
+        assert!(!t.scope().contains(pid));
     }
 
     #[test]
