@@ -67,7 +67,7 @@ pub static SETTINGS: &[Setting] = &[
     Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
         .flag("migrate-batch", "N")
         .help("Migrators also wake when this many candidates wait [default: {default}]")
-        .doc("... or when this many candidates wait")
+        .doc("migrators also wake when this many candidates wait")
         .runtime(),
     Setting::int("max_tracked_pages", 1024, 1 << 32, field!(max_tracked_pages))
         .flag("max-tracked-pages", "N")

@@ -195,3 +195,30 @@ fn man_entry(out: &mut String, s: &Setting) {
         out.push_str(".br\n\\fIChanges while running.\\fR\n");
     }
 }
+
+/// The marker a generated README table starts after (`<!-- settings: NAME ... -->`).
+const BEGIN: &str = "<!-- settings: ";
+const END: &str = "<!-- end settings -->";
+
+/// `readme` with each generated table replaced by what the table of settings says now.
+pub fn readme_with_tables(readme: &str) -> String {
+    let mut out = String::with_capacity(readme.len());
+    let mut lines = readme.split_inclusive('\n');
+    while let Some(line) = lines.next() {
+        out.push_str(line);
+        let Some(rest) = line.strip_prefix(BEGIN) else {
+            continue;
+        };
+        let name = rest.split_whitespace().next().unwrap_or_default();
+        if let Some((_, sections)) = README_TABLES.iter().find(|(n, _)| *n == name) {
+            out.push_str(&readme_table(sections));
+        }
+        for skipped in lines.by_ref() {
+            if skipped.starts_with(END) {
+                out.push_str(skipped);
+                break;
+            }
+        }
+    }
+    out
+}

@@ -252,3 +252,317 @@ fn an_explicit_missing_config_is_an_error_the_default_is_not() {
         "{err}"
     );
 }
+
+/// README.md's settings tables are the generated ones; `PGHOTD_UPDATE_README=1` rewrites them.
+#[test]
+fn the_readme_settings_tables_are_generated_from_the_table() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let generated = docs::readme_with_tables(&readme);
+    if generated == readme {
+        return;
+    }
+    if std::env::var_os("PGHOTD_UPDATE_README").is_some() {
+        std::fs::write(&path, generated).unwrap();
+        return;
+    }
+    let differ: Vec<(&str, &str)> = readme
+        .lines()
+        .zip(generated.lines())
+        .filter(|(a, b)| a != b)
+        .take(3)
+        .collect();
+    panic!(
+        "README.md's settings tables differ from src/config/defs.rs (first differences: \
+         {differ:#?}); rewrite them with PGHOTD_UPDATE_README=1 cargo test --lib \
+         config::tests::the_readme"
+    );
+}
+
+/// Every key, its default as `config get` shows it and its range, as README.md and
+/// `pghotd --help` gave them before the table existed (written out here by hand).
+const BY_HAND: &[(&str, &str, Option<(i64, i64)>)] = &[
+    ("enabled_sources", r#"["auto"]"#, None),
+    ("target_nid", "null", Some((0, 1023))),
+    ("freq_threshold", "2", Some((1, 65535))),
+    ("promote_window_ms", "5000", Some((1, 3_600_000))),
+    ("promote_rate_limit_MBps", "65536", Some((1, 1 << 30))),
+    ("promote_min_free_pct", "2", Some((0, 50))),
+    ("migrate_interval_ms", "100", Some((1, 60_000))),
+    ("migrate_batch", "512", Some((1, 65_536))),
+    ("max_tracked_pages", "1048576", Some((1024, 1 << 32))),
+    ("heat_halflife_ms", "1000", Some((1, 3_600_000))),
+    ("pids", "[]", Some((1, 4_194_303))),
+    ("dry_run", "false", None),
+    ("demote", "false", None),
+    ("demote_free_pct", "5", Some((1, 60))),
+    ("sysfs_root", r#""/sys""#, None),
+    ("perf.ring_pages", "64", Some((1, 16384))),
+    ("pagefault.period", "1", Some((1, 1 << 30))),
+    ("ibs.period", "10000", Some((0x90, 0x7FF_FFF0))),
+    ("ibs.cpu_budget_pct", "5", Some((1, 100))),
+    ("ibs.count_ops", "true", None),
+    ("ibs.l3miss_only", "null", None),
+    ("ibs.ldlat", "null", Some((128, 2048))),
+    ("ibs.user_only", "true", None),
+    ("pebs.period", "2000", Some((1, 1 << 30))),
+    ("pebs.ldlat", "30", Some((1, 65535))),
+    ("pebs.stores", "true", None),
+    ("softdirty_interval_ms", "1000", Some((10, 60_000))),
+    (
+        "softdirty_scan_budget_pages",
+        "1048576",
+        Some((1024, 1 << 32)),
+    ),
+    ("damon_sample_us", "5000", Some((100, 500_000))),
+    ("damon_aggr_us", "100000", Some((1000, 500_000))),
+    ("damon_min_regions", "10", Some((3, 1_000_000))),
+    ("damon_max_regions", "1000", Some((3, 1_000_000))),
+    ("damon_max_samples", "16384", Some((1, 1 << 22))),
+    ("control_socket", r#""/run/pghotd/pghotd.sock""#, None),
+    ("metrics_listen", "null", None),
+    ("cgroups", "[]", None),
+    ("comm", "null", None),
+    ("pid_namespace_of", "null", Some((1, 4_194_303))),
+    ("scope_refresh_ms", "1000", Some((10, 600_000))),
+    ("admission.split", "false", None),
+    ("admission.split_flat_entropy_pct", "95", Some((1, 100))),
+    ("admission.split_coverage_pct", "80", Some((1, 100))),
+    ("admission.split_heat_density_pct", "75", Some((1, 100))),
+    ("admission.split_min_samples", "64", Some((1, 1 << 30))),
+    ("admission.split_contention_MBps", "0", Some((0, 1 << 30))),
+    ("admission.sample_period", "null", Some((1, 1 << 32))),
+    ("admission.full_duplex_nodes", "[]", Some((0, 1023))),
+    ("admission.duplex_dominant_pct", "70", Some((51, 100))),
+    ("admission.duplex_write_heavy_pct", "50", Some((1, 100))),
+    ("admission.duplex_filter_KiB", "256", Some((1, 1 << 20))),
+];
+
+#[test]
+fn config_get_shows_every_key_with_the_documented_default() {
+    let values = Config::default().values();
+    let shown: Vec<(&str, String)> = values.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let expected: Vec<(&str, String)> = BY_HAND
+        .iter()
+        .map(|(k, v, _)| (*k, v.to_string()))
+        .collect();
+    assert_eq!(shown, expected);
+}
+
+#[test]
+fn every_range_admits_its_ends_and_names_itself_past_them() {
+    // The cross-key checks would refuse some ends against the other keys' defaults.
+    let base = Config::default()
+        .with_setting("damon_aggr_us", "500000")
+        .and_then(|c| c.with_setting("damon_sample_us", "100"))
+        .and_then(|c| c.with_setting("damon_max_regions", "1000000"))
+        .and_then(|c| c.with_setting("damon_min_regions", "3"))
+        .unwrap();
+    for &(key, _, range) in BY_HAND {
+        let Some((min, max)) = range else { continue };
+        let list = key == "pids" || key == "admission.full_duplex_nodes";
+        let text = |n: i64| {
+            if list {
+                format!("[{n}]")
+            } else {
+                n.to_string()
+            }
+        };
+        for ok in [min, max] {
+            if let Err(e) = base.with_setting(key, &text(ok)) {
+                panic!("{key} = {ok}: {e}");
+            }
+        }
+        for bad in [min - 1, max + 1] {
+            let err = base.with_setting(key, &text(bad)).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("config set: {key} = {bad} is out of range; allowed {min}..={max}")
+            );
+        }
+    }
+}
+
+#[test]
+fn runtime_keys_are_the_documented_ones() {
+    let mut keys: Vec<&str> = runtime_keys().collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "demote",
+            "demote_free_pct",
+            "freq_threshold",
+            "heat_halflife_ms",
+            "migrate_batch",
+            "migrate_interval_ms",
+            "promote_min_free_pct",
+            "promote_rate_limit_MBps",
+            "promote_window_ms",
+            "target_nid",
+        ]
+    );
+}
+
+#[test]
+fn a_runtime_change_takes_runtime_keys_and_reports_the_others() {
+    let mut running = Config::default();
+    let next = from_file(
+        "freq_threshold = 7\ntarget_nid = 1\ndry_run = true\nmax_tracked_pages = 4096\n\
+         [admission]\nsplit_min_samples = 9\n",
+    )
+    .unwrap();
+    let change = running.set_runtime(&next);
+    assert_eq!(change.applied, ["target_nid", "freq_threshold"]);
+    assert_eq!(
+        change.needs_restart,
+        [
+            "max_tracked_pages",
+            "dry_run",
+            "admission.split_min_samples"
+        ]
+    );
+    assert_eq!(
+        (running.policy.freq_threshold, running.target_nid),
+        (7, Some(1))
+    );
+    assert!(!running.migrator.dry_run);
+    assert_eq!(running.max_tracked_pages, 1 << 20);
+    assert_eq!(running.admission.split_min_samples, 64);
+    // Back to the file without target_nid: unset again, as a restart would have it.
+    let change = running.set_runtime(&Config::default());
+    assert_eq!(change.applied, ["target_nid", "freq_threshold"]);
+    assert_eq!(running.target_nid, None);
+}
+
+#[test]
+fn every_flag_sets_its_key() {
+    // (flags, key, value config get shows), spelled as `pghotd --help` spelled them.
+    let cases: &[(&[&str], &str, &str)] = &[
+        (
+            &["--source", "damon", "--source", "softdirty"],
+            "enabled_sources",
+            r#"["damon","softdirty"]"#,
+        ),
+        (&["--pid", "3", "--pid", "4"], "pids", "[3,4]"),
+        (&["--dry-run"], "dry_run", "true"),
+        (&["--socket", "/tmp/s"], "control_socket", r#""/tmp/s""#),
+        (
+            &["--promote-rate-limit-MBps", "9"],
+            "promote_rate_limit_MBps",
+            "9",
+        ),
+        (&["--ibs-period", "auto"], "ibs.period", r#""auto""#),
+        (&["--ibs-count-ops", "false"], "ibs.count_ops", "false"),
+        (&["--perf-ring-pages", "8"], "perf.ring_pages", "8"),
+        (&["--split-thp"], "admission.split", "true"),
+        (
+            &["--admission-sample-period", "7"],
+            "admission.sample_period",
+            "7",
+        ),
+        (
+            &["--full-duplex-node", "2", "--full-duplex-node", "3"],
+            "admission.full_duplex_nodes",
+            "[2,3]",
+        ),
+        (
+            &["--duplex-filter-KiB", "64"],
+            "admission.duplex_filter_KiB",
+            "64",
+        ),
+    ];
+    for (flags, key, shown) in cases {
+        let mut c = Config::default();
+        c.apply_args(&TunableArgs::parse_from(flags.iter().copied()).unwrap())
+            .unwrap();
+        let value = c.values().into_iter().find(|(k, _)| k == key).unwrap().1;
+        assert_eq!(value.to_string(), *shown, "{flags:?}");
+    }
+    let err = TunableArgs::parse_from(["--migrate-batch", "many"]).unwrap_err();
+    assert!(err.to_string().contains("'many'"), "{err}");
+}
+
+#[test]
+fn every_default_reads_back_through_config_set() {
+    // What `config get` shows for a default, set again, is accepted and changes nothing.
+    let defaults = Config::default();
+    for (key, value) in defaults.values() {
+        if value.is_null() {
+            continue;
+        }
+        let again = defaults
+            .with_setting(key, &value.to_string())
+            .unwrap_or_else(|e| panic!("{key} = {value}: {e}"));
+        assert_eq!(again, defaults, "{key}");
+    }
+}
+
+#[test]
+fn every_setting_without_a_value_says_its_default_in_words() {
+    let defaults = Config::default();
+    for s in SETTINGS {
+        let empty = match (s.field.get)(&defaults) {
+            None => true,
+            Some(Written::Ints(v)) => v.is_empty(),
+            Some(Written::Texts(v)) => v.is_empty(),
+            Some(_) => false,
+        };
+        assert!(
+            !empty || s.default.is_some(),
+            "{} needs default words",
+            s.key
+        );
+        assert!(
+            !s.flag.is_empty() && !s.help.is_empty() && !s.doc.is_empty(),
+            "{}",
+            s.key
+        );
+    }
+}
+
+#[test]
+fn the_man_page_lists_each_key_under_its_table() {
+    let man = docs::man_page();
+    assert!(man.starts_with(".TH pghotd.toml 5 "), "{man}");
+    // By hand, from the README's tables.
+    for entry in [
+        ".SH KEYS\n.TP\n.B enabled_sources\n",
+        ".B migrate_batch\nmigrators also wake when this many candidates wait\n.br\nDefault: 512.\n\
+         .br\nAllowed: 1..=65536.\n.br\nFlag: \\fB\\-\\-migrate\\-batch\\fR.\n.br\n\
+         \\fIChanges while running.\\fR\n",
+        ".SH [ibs]\n.TP\n.B period\n",
+        ".B split_min_samples\n",
+        ".br\nFlag: \\fB\\-\\-pid\\fR, once per element.\n",
+    ] {
+        assert!(man.contains(entry), "{entry:?} not in\n{man}");
+    }
+    assert_eq!(man.matches(".SH KEYS").count(), 1);
+    assert!(
+        man.find(".SH [perf]").unwrap() > man.find(".B scope_refresh_ms").unwrap(),
+        "tables after the top-level keys"
+    );
+}
+
+#[test]
+fn groff_reads_the_man_page_without_warnings() {
+    let Ok(mut child) = std::process::Command::new("groff")
+        .args(["-man", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("groff not installed; the man page is not linted");
+        return;
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(docs::man_page().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
