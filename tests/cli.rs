@@ -359,7 +359,10 @@ fn check_config_reports_what_it_loaded() {
     assert!(text.contains("\n  freq_threshold = 1\n"), "{text}");
     assert!(text.contains("\n  target_nid = 1\n"), "{text}");
     assert!(text.contains("\n  migrate_batch = 512\n"), "{text}");
-    assert!(text.contains("\n  ibs.l3miss_only = (unset)\n"), "{text}");
+    assert!(
+        text.contains("\n  ibs.l3miss_only = (unset: on where the PMU has it)\n"),
+        "{text}"
+    );
     assert!(
         text.contains("\n  admission.duplex_filter_KiB = 256\n"),
         "{text}"

@@ -178,7 +178,10 @@ fn check_config(config: &Config) -> ExitCode {
     // Every setting as `config get` names it, with the value in effect.
     for (key, value) in config.values() {
         match value {
-            serde_json::Value::Null => println!("  {key} = (unset)"),
+            serde_json::Value::Null => match pghotd::config::setting(key).and_then(|s| s.default) {
+                Some(words) => println!("  {key} = (unset: {words})"),
+                None => println!("  {key} = (unset)"),
+            },
             value => println!("  {key} = {value}"),
         }
     }

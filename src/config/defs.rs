@@ -39,45 +39,86 @@ pub static SETTINGS: &[Setting] = &[
         .allowed("a top-tier memory node")
         .doc("promotion destination")
         .runtime(),
-    Setting::int("freq_threshold", 1, u16::MAX as i64, field!(policy.freq_threshold))
-        .flag("freq-threshold", "N")
-        .help("Samples within the window that make a lower-tier page a candidate [default: {default}]")
-        .doc("samples within the window that make a lower-tier page a candidate")
-        .runtime(),
-    Setting::int("promote_window_ms", 1, 3_600_000, field!(policy.promote_window_ms))
-        .flag("promote-window-ms", "MS")
-        .help("A page's count restarts when its previous sample is older than this [default: {default}]")
-        .doc("the count restarts when the previous sample is older than this")
-        .runtime(),
-    Setting::int("promote_rate_limit_MBps", 1, 1 << 30, field!(migrator.promote_rate_limit_mbps))
-        .flag("promote-rate-limit-MBps", "MBPS")
-        .help("Promotion rate limit per destination node, MiB/s [default: {default}]")
-        .doc("promotion budget per destination node, MiB/s (one second of burst)")
-        .runtime(),
-    Setting::int("promote_min_free_pct", 0, 50, field!(migrator.promote_min_free_pct))
-        .flag("promote-min-free-pct", "PCT")
-        .help("Keep this percentage of a destination node's memory free [default: {default}]")
-        .doc("keep this share of the destination's memory free")
-        .runtime(),
-    Setting::int("migrate_interval_ms", 1, 60_000, field!(migrator.migrate_interval_ms))
-        .flag("migrate-interval-ms", "MS")
-        .help("Migrators wake at least this often [default: {default}]")
-        .doc("migrators wake at least this often")
-        .runtime(),
+    Setting::int(
+        "freq_threshold",
+        1,
+        u16::MAX as i64,
+        field!(policy.freq_threshold),
+    )
+    .flag("freq-threshold", "N")
+    .help(
+        "Samples within the window that make a lower-tier page a candidate [default: \
+             {default}]",
+    )
+    .doc("samples within the window that make a lower-tier page a candidate")
+    .runtime(),
+    Setting::int(
+        "promote_window_ms",
+        1,
+        3_600_000,
+        field!(policy.promote_window_ms),
+    )
+    .flag("promote-window-ms", "MS")
+    .help(
+        "A page's count restarts when its previous sample is older than this [default: \
+             {default}]",
+    )
+    .doc("the count restarts when the previous sample is older than this")
+    .runtime(),
+    Setting::int(
+        "promote_rate_limit_MBps",
+        1,
+        1 << 30,
+        field!(migrator.promote_rate_limit_mbps),
+    )
+    .flag("promote-rate-limit-MBps", "MBPS")
+    .help("Promotion rate limit per destination node, MiB/s [default: {default}]")
+    .doc("promotion budget per destination node, MiB/s (one second of burst)")
+    .runtime(),
+    Setting::int(
+        "promote_min_free_pct",
+        0,
+        50,
+        field!(migrator.promote_min_free_pct),
+    )
+    .flag("promote-min-free-pct", "PCT")
+    .help("Keep this percentage of a destination node's memory free [default: {default}]")
+    .doc("keep this share of the destination's memory free")
+    .runtime(),
+    Setting::int(
+        "migrate_interval_ms",
+        1,
+        60_000,
+        field!(migrator.migrate_interval_ms),
+    )
+    .flag("migrate-interval-ms", "MS")
+    .help("Migrators wake at least this often [default: {default}]")
+    .doc("migrators wake at least this often")
+    .runtime(),
     Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
         .flag("migrate-batch", "N")
         .help("Migrators also wake when this many candidates wait [default: {default}]")
         .doc("migrators also wake when this many candidates wait")
         .runtime(),
-    Setting::int("max_tracked_pages", 1024, 1 << 32, field!(max_tracked_pages))
-        .flag("max-tracked-pages", "N")
-        .help("Most pages the hotness table tracks (32 bytes each) [default: {default}]")
-        .doc("hotness table bound (32 bytes per page)"),
-    Setting::int("heat_halflife_ms", 1, 3_600_000, field!(policy.heat_halflife_ms))
-        .flag("heat-halflife-ms", "MS")
-        .help("Heat used to rank pages halves every this many ms [default: {default}]")
-        .doc("decay of the heat used to rank pages")
-        .runtime(),
+    Setting::int(
+        "max_tracked_pages",
+        1024,
+        1 << 32,
+        field!(max_tracked_pages),
+    )
+    .flag("max-tracked-pages", "N")
+    .help("Most pages the hotness table tracks (32 bytes each) [default: {default}]")
+    .doc("hotness table bound (32 bytes per page)"),
+    Setting::int(
+        "heat_halflife_ms",
+        1,
+        3_600_000,
+        field!(policy.heat_halflife_ms),
+    )
+    .flag("heat-halflife-ms", "MS")
+    .help("Heat used to rank pages halves every this many ms [default: {default}]")
+    .doc("decay of the heat used to rank pages")
+    .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))
         .flag("pid", "PID")
         .help("Manage only this process; repeat for several [default: {default}]")
@@ -101,13 +142,18 @@ pub static SETTINGS: &[Setting] = &[
         .runtime(),
     Setting::int("demote_free_pct", 1, 60, field!(migrator.demote_free_pct))
         .flag("demote-free-pct", "PCT")
-        .help("Low watermark for demotion, % of a fast node's memory kept free [default: {default}]")
+        .help(
+            "Low watermark for demotion, % of a fast node's memory kept free [default: {default}]",
+        )
         .allowed("{range}, above `promote_min_free_pct`")
         .doc("demotion's low watermark, % of a fast node's memory")
         .runtime(),
     Setting::path("sysfs_root", SYSFS_ROOT)
         .flag("sysfs-root", "DIR")
-        .help("Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came from)")
+        .help(
+            "Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came \
+             from)",
+        )
         .allowed("a directory")
         .doc("where topology (and DAMON's sysfs) is read from"),
     Setting::int("perf.ring_pages", 1, 1 << 14, field!(perf.ring_pages))
@@ -152,7 +198,10 @@ pub static SETTINGS: &[Setting] = &[
         .doc("keep only ops that missed L3 (Zen4+); `true` on an older PMU is an error"),
     Setting::int("ibs.ldlat", 128, 2048, field!(ibs.ldlat))
         .flag("ibs-ldlat", "CYCLES")
-        .help("IBS: load-latency threshold in cycles, {range} (Zen5, Linux 6.15+) [default: {default}]")
+        .help(
+            "IBS: load-latency threshold in cycles, {range} (Zen5, Linux 6.15+) [default: \
+             {default}]",
+        )
         .default_is("off")
         .doc("load-latency threshold in cycles (Zen5 and Linux 6.15+)"),
     Setting::bool("ibs.user_only", field!(ibs.user_only))
@@ -174,10 +223,15 @@ pub static SETTINGS: &[Setting] = &[
         .flag("pebs-stores", "BOOL")
         .help("PEBS: also sample stores (mem-stores) [default: {default}]")
         .doc("also sample `mem-stores`"),
-    Setting::int("softdirty_interval_ms", 10, 60_000, field!(softdirty.interval_ms))
-        .flag("softdirty-interval-ms", "MS")
-        .help("softdirty: time between passes over the pids [default: {default}]")
-        .doc("softdirty: time between passes"),
+    Setting::int(
+        "softdirty_interval_ms",
+        10,
+        60_000,
+        field!(softdirty.interval_ms),
+    )
+    .flag("softdirty-interval-ms", "MS")
+    .help("softdirty: time between passes over the pids [default: {default}]")
+    .doc("softdirty: time between passes"),
     Setting::int(
         "softdirty_scan_budget_pages",
         1024,
@@ -250,56 +304,126 @@ pub static SETTINGS: &[Setting] = &[
         .doc("read `pids` inside that process's pid namespace"),
     Setting::int("scope_refresh_ms", 10, 600_000, field!(scope_refresh_ms))
         .flag("scope-refresh-ms", "MS")
-        .help("How often the managed set is re-read from /proc and the cgroups [default: {default}]")
+        .help(
+            "How often the managed set is re-read from /proc and the cgroups [default: {default}]",
+        )
         .doc("how often the managed set is re-read"),
     Setting::switch("admission.split", field!(admission.split))
         .flag("split-thp", "")
         .help("Split THPs to the hot mTHP size before promoting (TierBPF); needs debugfs")
         .doc("split THPs to the hot mTHP size before promoting (needs debugfs)"),
-    Setting::int("admission.split_flat_entropy_pct", 1, 100, field!(admission.split_flat_entropy_pct))
-        .flag("split-flat-entropy-pct", "PCT")
-        .help("Normalized entropy (percent) at or above which THPs are promoted whole [default: {default}]")
-        .doc("normalized entropy (percent) at or above which a histogram is flat: the THP is promoted whole"),
-    Setting::int("admission.split_coverage_pct", 1, 100, field!(admission.split_coverage_pct))
-        .flag("split-coverage-pct", "PCT")
-        .help("Share of samples the hot subpages hold (percent) [default: {default}]")
-        .doc("share of samples the hot subpages hold (percent)"),
-    Setting::int("admission.split_heat_density_pct", 1, 100, field!(admission.split_heat_density_pct))
-        .flag("split-heat-density-pct", "PCT")
-        .help("Share of hot subpages a chosen subfolio needs (percent) [default: {default}]")
-        .doc("share of hot subpages a chosen subfolio needs (percent)"),
-    Setting::int("admission.split_min_samples", 1, 1 << 30, field!(admission.split_min_samples))
-        .flag("split-min-samples", "N")
-        .help("Samples a process's histogram needs before it decides [default: {default}]")
-        .doc("samples a process's histogram needs before it decides; until then its THP candidates wait"),
-    Setting::int("admission.split_contention_MBps", 0, 1 << 30, field!(admission.split_contention_mbps))
-        .flag("split-contention-MBps", "MBPS")
-        .help("Split only while the slow node's estimated bandwidth reaches this; 0 is always [default: {default}]")
-        .doc("split only while the slow node's estimated bandwidth reaches this; 0 is always"),
-    Setting::int("admission.sample_period", 1, 1 << 32, field!(admission.sample_period))
-        .flag("admission-sample-period", "N")
-        .help("Accesses one sample stands for, for the bandwidth estimate [default: {default}]")
-        .default_is("the perf sources' own sampling period, followed live; 1 for the other sources")
-        .doc("accesses one sample stands for, for the bandwidth estimate (samples/s x `sample_period` x 64 B)"),
-    Setting::ints("admission.full_duplex_nodes", NODE.0, NODE.1, field!(admission.full_duplex_nodes))
-        .flag("full-duplex-node", "NODE")
-        .help("A lower-tier node on a full-duplex link (CXL); repeat for several")
-        .default_is("none")
-        .allowed("lower-tier memory nodes")
-        .doc("lower-tier nodes on a full-duplex link (CXL), where duplex-aware admission applies"),
+    Setting::int(
+        "admission.split_flat_entropy_pct",
+        1,
+        100,
+        field!(admission.split_flat_entropy_pct),
+    )
+    .flag("split-flat-entropy-pct", "PCT")
+    .help(
+        "Normalized entropy (percent) at or above which THPs are promoted whole [default: \
+             {default}]",
+    )
+    .doc(
+        "normalized entropy (percent) at or above which a histogram is flat: the THP is \
+             promoted whole",
+    ),
+    Setting::int(
+        "admission.split_coverage_pct",
+        1,
+        100,
+        field!(admission.split_coverage_pct),
+    )
+    .flag("split-coverage-pct", "PCT")
+    .help("Share of samples the hot subpages hold (percent) [default: {default}]")
+    .doc("share of samples the hot subpages hold (percent)"),
+    Setting::int(
+        "admission.split_heat_density_pct",
+        1,
+        100,
+        field!(admission.split_heat_density_pct),
+    )
+    .flag("split-heat-density-pct", "PCT")
+    .help("Share of hot subpages a chosen subfolio needs (percent) [default: {default}]")
+    .doc("share of hot subpages a chosen subfolio needs (percent)"),
+    Setting::int(
+        "admission.split_min_samples",
+        1,
+        1 << 30,
+        field!(admission.split_min_samples),
+    )
+    .flag("split-min-samples", "N")
+    .help("Samples a process's histogram needs before it decides [default: {default}]")
+    .doc(
+        "samples a process's histogram needs before it decides; until then its THP candidates \
+             wait",
+    ),
+    Setting::int(
+        "admission.split_contention_MBps",
+        0,
+        1 << 30,
+        field!(admission.split_contention_mbps),
+    )
+    .flag("split-contention-MBps", "MBPS")
+    .help(
+        "Split only while the slow node's estimated bandwidth reaches this; 0 is always \
+             [default: {default}]",
+    )
+    .doc("split only while the slow node's estimated bandwidth reaches this; 0 is always"),
+    Setting::int(
+        "admission.sample_period",
+        1,
+        1 << 32,
+        field!(admission.sample_period),
+    )
+    .flag("admission-sample-period", "N")
+    .help("Accesses one sample stands for, for the bandwidth estimate [default: {default}]")
+    .default_is("the perf sources' own sampling period, followed live; 1 for the other sources")
+    .doc(
+        "accesses one sample stands for, for the bandwidth estimate (samples/s x \
+             `sample_period` x 64 B)",
+    ),
+    Setting::ints(
+        "admission.full_duplex_nodes",
+        NODE.0,
+        NODE.1,
+        field!(admission.full_duplex_nodes),
+    )
+    .flag("full-duplex-node", "NODE")
+    .help("A lower-tier node on a full-duplex link (CXL); repeat for several")
+    .default_is("none")
+    .allowed("lower-tier memory nodes")
+    .doc("lower-tier nodes on a full-duplex link (CXL), where duplex-aware admission applies"),
     // Below 50 % "dominant" would call both directions dominant at once.
-    Setting::int("admission.duplex_dominant_pct", 51, 100, field!(admission.duplex_dominant_pct))
-        .flag("duplex-dominant-pct", "PCT")
-        .help("Share of loads (stores) that makes a node's traffic read (write) dominant [default: {default}]")
-        .doc("share of loads (stores) that makes a node's traffic read (write) dominant"),
-    Setting::int("admission.duplex_write_heavy_pct", 1, 100, field!(admission.duplex_write_heavy_pct))
-        .flag("duplex-write-heavy-pct", "PCT")
-        .help("Write ratio (percent) at or above which a page is write-heavy [default: {default}]")
-        .doc("write ratio (percent) at or above which a page is write-heavy"),
-    Setting::int("admission.duplex_filter_KiB", 1, 1 << 20, field!(admission.duplex_filter_kib))
-        .flag("duplex-filter-KiB", "KIB")
-        .help("Size of each of the two Bloom filters, KiB [default: {default}]")
-        .doc("size of each of the two counting Bloom filters, KiB"),
+    Setting::int(
+        "admission.duplex_dominant_pct",
+        51,
+        100,
+        field!(admission.duplex_dominant_pct),
+    )
+    .flag("duplex-dominant-pct", "PCT")
+    .help(
+        "Share of loads (stores) that makes a node's traffic read (write) dominant [default: \
+             {default}]",
+    )
+    .doc("share of loads (stores) that makes a node's traffic read (write) dominant"),
+    Setting::int(
+        "admission.duplex_write_heavy_pct",
+        1,
+        100,
+        field!(admission.duplex_write_heavy_pct),
+    )
+    .flag("duplex-write-heavy-pct", "PCT")
+    .help("Write ratio (percent) at or above which a page is write-heavy [default: {default}]")
+    .doc("write ratio (percent) at or above which a page is write-heavy"),
+    Setting::int(
+        "admission.duplex_filter_KiB",
+        1,
+        1 << 20,
+        field!(admission.duplex_filter_kib),
+    )
+    .flag("duplex-filter-KiB", "KIB")
+    .help("Size of each of the two Bloom filters, KiB [default: {default}]")
+    .doc("size of each of the two counting Bloom filters, KiB"),
 ];
 
 /// perf rings are 2^n data pages (perf_mmap() in kernel/events/core.c refuses other sizes).

@@ -281,7 +281,10 @@ fn the_readme_settings_tables_are_generated_from_the_table() {
 
 /// Every key, its default as `config get` shows it and its range, as README.md and
 /// `pghotd --help` gave them before the table existed (written out here by hand).
-const BY_HAND: &[(&str, &str, Option<(i64, i64)>)] = &[
+/// An allowed range, `min..=max`.
+type Range = Option<(i64, i64)>;
+
+const BY_HAND: &[(&str, &str, Range)] = &[
     ("enabled_sources", r#"["auto"]"#, None),
     ("target_nid", "null", Some((0, 1023))),
     ("freq_threshold", "2", Some((1, 65535))),
@@ -438,7 +441,8 @@ fn a_runtime_change_takes_runtime_keys_and_reports_the_others() {
 #[test]
 fn every_flag_sets_its_key() {
     // (flags, key, value config get shows), spelled as `pghotd --help` spelled them.
-    let cases: &[(&[&str], &str, &str)] = &[
+    type Case<'a> = (&'a [&'a str], &'a str, &'a str);
+    let cases: &[Case] = &[
         (
             &["--source", "damon", "--source", "softdirty"],
             "enabled_sources",
