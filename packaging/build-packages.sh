@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the .deb and the .rpm: release binaries, then the man pages and shell completions
-# generated from their clap definitions, then cargo deb and cargo generate-rpm (both read
-# their metadata from Cargo.toml). Honours CARGO_TARGET_DIR. Prints the two package paths.
+# generated from their clap definitions (pghotd.toml(5) from the table of settings), then
+# cargo deb and cargo generate-rpm (both read their metadata from Cargo.toml). Honours
+# CARGO_TARGET_DIR. Prints the two package paths.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ pghotd=$target_dir/release/pghotd
 pghotctl=$target_dir/release/pghotctl
 "$pghotd" --generate man >"$assets/pghotd.8"
 "$pghotctl" generate man >"$assets/pghotctl.1"
+# pghotd.toml(5) is written from the table of settings (src/config/defs.rs).
+"$pghotd" --generate toml-man >"$assets/pghotd.toml.5"
 for bin in pghotd pghotctl; do
     gen() { if [ "$bin" = pghotd ]; then "$pghotd" --generate "$1"; else "$pghotctl" generate "$1"; fi; }
     gen bash >"$assets/$bin.bash"

@@ -1,7 +1,8 @@
 //! Man pages and shell completions, generated from the binaries' clap definitions, so
 //! `--help`, the man page and the completions never disagree. The packages ship them:
 //! `packaging/build-packages.sh` writes them with `pghotd --generate KIND` and
-//! `pghotctl generate KIND`.
+//! `pghotctl generate KIND`. pghotd.toml(5) comes from the settings table instead
+//! ([`crate::config::docs::man_page`]), so it lists every key the file takes.
 
 use std::io::Write;
 
@@ -15,6 +16,8 @@ pub enum Generated {
     Bash,
     Zsh,
     Fish,
+    /// pghotd.toml(5), the config file's man page (the same whatever the command)
+    TomlMan,
 }
 
 /// Writes `kind` for `cmd`; `section` is the man section (8 for the daemon, 1 for tools).
@@ -30,6 +33,7 @@ pub fn write(
         Generated::Bash => Shell::Bash,
         Generated::Zsh => Shell::Zsh,
         Generated::Fish => Shell::Fish,
+        Generated::TomlMan => return out.write_all(crate::config::docs::man_page().as_bytes()),
     };
     clap_complete::generate(shell, &mut cmd, name, out);
     Ok(())

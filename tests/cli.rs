@@ -355,5 +355,16 @@ fn check_config_reports_what_it_loaded() {
     );
     assert!(text.contains("sources: trace:-"), "{text}");
     assert!(text.contains("node2 lower tier 67"), "{text}");
-    assert!(text.contains("freq_threshold 1 "), "{text}");
+    // Every setting in effect, one per line, as `pghotctl config get` names it.
+    assert!(text.contains("\n  freq_threshold = 1\n"), "{text}");
+    assert!(text.contains("\n  target_nid = 1\n"), "{text}");
+    assert!(text.contains("\n  migrate_batch = 512\n"), "{text}");
+    assert!(
+        text.contains("\n  ibs.l3miss_only = (unset: on where the PMU has it)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n  admission.duplex_filter_KiB = 256\n"),
+        "{text}"
+    );
 }

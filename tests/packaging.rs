@@ -117,6 +117,13 @@ fn check_installed_binaries(root: &Path) {
     assert!(check.starts_with("config ok"), "{check}");
     let man = std::fs::read_to_string(root.join("usr/share/man/man8/pghotd.8")).unwrap();
     assert!(man.contains(".TH pghotd 8"), "{man}");
+    // The config file's page, with a key of the top level and one of a table (by hand, from
+    // the README's tables).
+    let man5 = std::fs::read_to_string(root.join("usr/share/man/man5/pghotd.toml.5")).unwrap();
+    assert!(man5.starts_with(".TH pghotd.toml 5"), "{man5}");
+    assert!(man5.contains(".B migrate_batch\n"), "{man5}");
+    assert!(man5.contains(".SH [admission]"), "{man5}");
+    assert!(man5.contains(".B split_min_samples\n"), "{man5}");
 }
 
 #[test]
@@ -214,6 +221,7 @@ fn the_rpm_lists_its_files_and_installs_into_a_scratch_root() {
             "/usr/share/fish/vendor_completions.d/pghotctl.fish",
             "/usr/share/fish/vendor_completions.d/pghotd.fish",
             "/usr/share/man/man1/pghotctl.1",
+            "/usr/share/man/man5/pghotd.toml.5",
             "/usr/share/man/man8/pghotd.8",
             "/usr/share/zsh/site-functions/_pghotctl",
             "/usr/share/zsh/site-functions/_pghotd",

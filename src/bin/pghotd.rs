@@ -175,22 +175,15 @@ fn check_config(config: &Config) -> ExitCode {
         }
     );
     println!("  topology: {}", topology.summary());
-    println!(
-        "  target_nid: {}",
-        config
-            .target_nid
-            .map_or("nearest top-tier node".into(), |n| n.to_string())
-    );
-    println!(
-        "  freq_threshold {} promote_window_ms {} promote_rate_limit_MBps {} migrate_interval_ms {} \
-         migrate_batch {} max_tracked_pages {} dry_run {}",
-        config.policy.freq_threshold,
-        config.policy.promote_window_ms,
-        config.migrator.promote_rate_limit_mbps,
-        config.migrator.migrate_interval_ms,
-        config.migrator.migrate_batch,
-        config.max_tracked_pages,
-        config.migrator.dry_run
-    );
+    // Every setting as `config get` names it, with the value in effect.
+    for (key, value) in config.values() {
+        match value {
+            serde_json::Value::Null => match pghotd::config::setting(key).and_then(|s| s.default) {
+                Some(words) => println!("  {key} = (unset: {words})"),
+                None => println!("  {key} = (unset)"),
+            },
+            value => println!("  {key} = {value}"),
+        }
+    }
     ExitCode::SUCCESS
 }

@@ -1,59 +1,58 @@
-//! The scope keys (`cgroups`, `comm`, `pid_namespace_of`, `scope_refresh_ms`): validation, and
-//! the [`ScopeSelector`] they make with `pids`.
+//! The scope keys' own checks (`cgroups`, `comm`; their rows are in `defs`), and the
+//! [`ScopeSelector`] they make with `pids` and `pid_namespace_of`.
 
 use std::path::Path;
 
-use super::{Config, ConfigError, Settings, limits, ranged};
+use super::Config;
+use super::defs::{text, texts};
+use super::setting::{Field, Written};
 use crate::scope::{CGROUP_ROOT, ScopeSelector, cgroup};
 
-impl Config {
-    pub(super) fn apply_scope(&mut self, s: &Settings) -> Result<(), ConfigError> {
-        if let Some(v) = &s.cgroups {
-            let mut dirs = Vec::with_capacity(v.value.len());
-            for entry in &v.value {
-                let dir = Path::new(CGROUP_ROOT).join(entry);
-                if !cgroup::is_cgroup_dir(&dir) {
-                    return Err(ConfigError::Invalid {
-                        origin: v.origin.clone(),
-                        key: "cgroups",
-                        detail: format!(
-                            "{} is not a cgroup directory (it has no cgroup.procs); give a \
-                             directory of a mounted cgroup v2 or v1 hierarchy, absolute or \
-                             relative to {CGROUP_ROOT}",
-                            dir.display()
-                        ),
-                    });
-                }
-                dirs.push(dir);
+/// Each entry must be a cgroup directory now (it has `cgroup.procs`); relative entries are
+/// under [`CGROUP_ROOT`].
+pub(super) const CGROUPS: Field = Field {
+    get: |c| {
+        Some(Written::Texts(
+            c.cgroups.iter().map(|p| p.display().to_string()).collect(),
+        ))
+    },
+    set: |c, value| {
+        let mut dirs = Vec::new();
+        for entry in texts(value)? {
+            let dir = Path::new(CGROUP_ROOT).join(entry);
+            if !cgroup::is_cgroup_dir(&dir) {
+                return Err(format!(
+                    "{} is not a cgroup directory (it has no cgroup.procs); give a directory of \
+                     a mounted cgroup v2 or v1 hierarchy, absolute or relative to {CGROUP_ROOT}",
+                    dir.display()
+                ));
             }
-            self.cgroups = dirs;
+            dirs.push(dir);
         }
-        if let Some(v) = &s.comm {
-            self.comm = match v.value.as_str() {
-                "" => None,
-                text => {
-                    regex::Regex::new(text).map_err(|e| ConfigError::Invalid {
-                        origin: v.origin.clone(),
-                        key: "comm",
-                        detail: format!("not a regex: {e}"),
-                    })?;
-                    Some(text.to_string())
-                }
-            };
-        }
-        if let Some(v) = &s.pid_namespace_of {
-            let (min, max) = limits::PID;
-            self.pid_namespace_of =
-                Some(ranged(&v.origin, "pid_namespace_of", v.value, min, max)? as u32);
-        }
-        if let Some(v) = &s.scope_refresh_ms {
-            let (min, max) = limits::SCOPE_REFRESH_MS;
-            self.scope_refresh_ms =
-                ranged(&v.origin, "scope_refresh_ms", v.value, min, max)? as u32;
-        }
+        c.cgroups = dirs;
         Ok(())
-    }
+    },
+    copy: |from, to| to.cgroups = from.cgroups.clone(),
+};
 
+/// A regex, checked when set so the daemon's [`Config::scope_selector`] cannot fail later;
+/// `""` is none.
+pub(super) const COMM: Field = Field {
+    get: |c| c.comm.clone().map(Written::Text),
+    set: |c, value| {
+        c.comm = match text(value)?.as_str() {
+            "" => None,
+            re => {
+                regex::Regex::new(re).map_err(|e| format!("not a regex: {e}"))?;
+                Some(re.to_string())
+            }
+        };
+        Ok(())
+    },
+    copy: |from, to| to.comm = from.comm.clone(),
+};
+
+impl Config {
     /// The processes this configuration selects. The regex was checked when it was set.
     pub fn scope_selector(&self) -> Result<ScopeSelector, regex::Error> {
         Ok(ScopeSelector {

@@ -26,20 +26,6 @@ use pghot_protocol::{
     StatusReport,
 };
 
-/// Keys that take effect while the daemon runs; every other key needs a restart.
-pub const RUNTIME_KEYS: &[&str] = &[
-    "target_nid",
-    "freq_threshold",
-    "promote_window_ms",
-    "heat_halflife_ms",
-    "promote_rate_limit_MBps",
-    "promote_min_free_pct",
-    "migrate_interval_ms",
-    "migrate_batch",
-    "demote",
-    "demote_free_pct",
-];
-
 /// Where a reload reads from: the `--config` given at start (or the default path) and the
 /// flags, which win over the file as they did at start.
 #[derive(Debug, Clone, Default)]
@@ -153,7 +139,7 @@ impl ControlPlane {
 
     pub fn status(&self) -> StatusReport {
         let config = self.config.lock().clone();
-        let sources_from = if !self.parts.reload.args.enabled_sources.is_empty() {
+        let sources_from = if self.parts.reload.args.gives("enabled_sources") {
             "--source flags".to_string()
         } else {
             match &config.loaded_from {
@@ -311,13 +297,14 @@ impl ControlPlane {
         let next = running
             .with_setting(key, value)
             .map_err(|e| failed(ErrorKind::InvalidValue, e))?;
-        if !RUNTIME_KEYS.contains(&key) {
+        if !crate::config::setting(key).is_some_and(|s| s.runtime) {
+            let runtime: Vec<&str> = crate::config::runtime_keys().collect();
             return Err(failed(
                 ErrorKind::NeedsRestart,
                 format!(
                     "{key} cannot change while pghotd runs; set it in the config file and restart \
                      (runtime keys: {})",
-                    RUNTIME_KEYS.join(", ")
+                    runtime.join(", ")
                 ),
             ));
         }
@@ -351,28 +338,14 @@ impl ControlPlane {
     /// Applies the runtime keys of `next`; keys that need a restart keep their running value
     /// and are reported.
     fn apply(&self, running: &mut Config, next: Config) -> ReloadReport {
-        let old = running.values();
-        let new = next.values();
-        let mut report = ReloadReport {
+        let change = running.set_runtime(&next);
+        let report = ReloadReport {
             file: next.loaded_from.as_ref().map(|p| p.display().to_string()),
-            applied: Vec::new(),
-            needs_restart: Vec::new(),
+            applied: change.applied.iter().map(|k| k.to_string()).collect(),
+            needs_restart: change.needs_restart.iter().map(|k| k.to_string()).collect(),
         };
-        for ((key, a), (_, b)) in old.iter().zip(&new) {
-            if a != b {
-                if RUNTIME_KEYS.contains(key) {
-                    report.applied.push(key.to_string());
-                } else {
-                    report.needs_restart.push(key.to_string());
-                }
-            }
-        }
-        running.policy = next.policy;
-        running.target_nid = next.target_nid;
-        running.migrator = crate::migrator::MigratorConfig {
-            dry_run: running.migrator.dry_run,
-            ..next.migrator
-        };
+        // The stages that take runtime keys get their whole settings again; what did not
+        // change is the same value.
         self.parts.table.set_policy(running.policy);
         self.parts.ingest.set_target_nid(running.target_nid);
         for m in &self.parts.migrators {

@@ -1,0 +1,538 @@
+//! Every setting, one row each: key, type and range, where the value lives, flag, help, docs,
+//! and whether `config set` may change it while the daemon runs. The file parser, the flags,
+//! `config get`/`set`, `--check-config`, the README's tables and pghotd.toml(5) all read this
+//! table; CONTRIBUTING.md ("Adding a setting") shows how to add a row.
+//!
+//! Defaults are not repeated here: each stage's settings struct owns its `Default` (and
+//! [`Config::default`] the rest), and the docs read the default from there. A row states the
+//! default in words only where the value does not say it (an unset node means "the nearest").
+//!
+//! The order is the flags' order in `--help` and the keys' order in `config get`; a `[table]`'s
+//! rows must come after the top-level keys only in the generated docs, which group by table.
+
+use std::path::{Path, PathBuf};
+
+use super::setting::{Field, Setting, Written, field};
+use crate::sampler::SourceSpec;
+
+/// A node id: the kernel's MAX_NUMNODES is at most 1 << CONFIG_NODES_SHIFT (10).
+const NODE: (i64, i64) = (0, 1023);
+/// A pid: PID_MAX_LIMIT on 64-bit kernels is 4 * 1024 * 1024 (include/linux/threads.h).
+const PID: (i64, i64) = (1, (1 << 22) - 1);
+
+pub static SETTINGS: &[Setting] = &[
+    Setting::texts("enabled_sources", SOURCES)
+        .flag("source", "SPEC")
+        .help(
+            "Sample source; repeat for several: trace:PATH (PATH may be a FIFO or - for stdin), \
+             damon (needs --pid) or softdirty (needs --pid, --cgroup or --comm)",
+        )
+        .allowed("`auto`, `ibs`, `pebs`, `damon`, `softdirty`, `pagefault`, `trace:PATH`")
+        .doc(
+            "sample sources; `auto` takes the first of `ibs`, `pebs`, `damon`, `softdirty` and \
+             `pagefault` that works here",
+        ),
+    Setting::int("target_nid", NODE.0, NODE.1, field!(target_nid))
+        .flag("target-nid", "NODE")
+        .help("Promote to this node instead of the top-tier node nearest the accessing CPU")
+        .default_is("nearest top-tier node of the accessing CPU")
+        .allowed("a top-tier memory node")
+        .doc("promotion destination")
+        .runtime(),
+    Setting::int(
+        "freq_threshold",
+        1,
+        u16::MAX as i64,
+        field!(policy.freq_threshold),
+    )
+    .flag("freq-threshold", "N")
+    .help(
+        "Samples within the window that make a lower-tier page a candidate [default: \
+             {default}]",
+    )
+    .doc("samples within the window that make a lower-tier page a candidate")
+    .runtime(),
+    Setting::int(
+        "promote_window_ms",
+        1,
+        3_600_000,
+        field!(policy.promote_window_ms),
+    )
+    .flag("promote-window-ms", "MS")
+    .help(
+        "A page's count restarts when its previous sample is older than this [default: \
+             {default}]",
+    )
+    .doc("the count restarts when the previous sample is older than this")
+    .runtime(),
+    Setting::int(
+        "promote_rate_limit_MBps",
+        1,
+        1 << 30,
+        field!(migrator.promote_rate_limit_mbps),
+    )
+    .flag("promote-rate-limit-MBps", "MBPS")
+    .help("Promotion rate limit per destination node, MiB/s [default: {default}]")
+    .doc("promotion budget per destination node, MiB/s (one second of burst)")
+    .runtime(),
+    Setting::int(
+        "promote_min_free_pct",
+        0,
+        50,
+        field!(migrator.promote_min_free_pct),
+    )
+    .flag("promote-min-free-pct", "PCT")
+    .help("Keep this percentage of a destination node's memory free [default: {default}]")
+    .doc("keep this share of the destination's memory free")
+    .runtime(),
+    Setting::int(
+        "migrate_interval_ms",
+        1,
+        60_000,
+        field!(migrator.migrate_interval_ms),
+    )
+    .flag("migrate-interval-ms", "MS")
+    .help("Migrators wake at least this often [default: {default}]")
+    .doc("migrators wake at least this often")
+    .runtime(),
+    Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
+        .flag("migrate-batch", "N")
+        .help("Migrators also wake when this many candidates wait [default: {default}]")
+        .doc("migrators also wake when this many candidates wait")
+        .runtime(),
+    Setting::int(
+        "max_tracked_pages",
+        1024,
+        1 << 32,
+        field!(max_tracked_pages),
+    )
+    .flag("max-tracked-pages", "N")
+    .help("Most pages the hotness table tracks (32 bytes each) [default: {default}]")
+    .doc("hotness table bound (32 bytes per page)"),
+    Setting::int(
+        "heat_halflife_ms",
+        1,
+        3_600_000,
+        field!(policy.heat_halflife_ms),
+    )
+    .flag("heat-halflife-ms", "MS")
+    .help("Heat used to rank pages halves every this many ms [default: {default}]")
+    .doc("decay of the heat used to rank pages")
+    .runtime(),
+    Setting::ints("pids", PID.0, PID.1, field!(pids))
+        .flag("pid", "PID")
+        .help("Manage only this process; repeat for several [default: {default}]")
+        .default_is("every process")
+        .doc("processes to manage; see \"Which processes\""),
+    Setting::switch("dry_run", field!(migrator.dry_run))
+        .flag("dry-run", "")
+        .help("Decide and count, but move nothing; trace pids need not exist")
+        .doc("decide and count, move nothing"),
+    Setting::switch("demote", field!(migrator.demote))
+        .flag("demote", "")
+        .help(
+            "Move the coldest pages pghotd promoted back to the lower tier when a fast node falls \
+             under demote_free_pct free [default: {default}]",
+        )
+        .default_is("off")
+        .doc(
+            "move the coldest pages pghotd promoted back to the lower tier when a fast node falls \
+             under `demote_free_pct` free (`pgdemote_success`)",
+        )
+        .runtime(),
+    Setting::int("demote_free_pct", 1, 60, field!(migrator.demote_free_pct))
+        .flag("demote-free-pct", "PCT")
+        .help(
+            "Low watermark for demotion, % of a fast node's memory kept free [default: {default}]",
+        )
+        .allowed("{range}, above `promote_min_free_pct`")
+        .doc("demotion's low watermark, % of a fast node's memory")
+        .runtime(),
+    Setting::path("sysfs_root", SYSFS_ROOT)
+        .flag("sysfs-root", "DIR")
+        .help(
+            "Read the topology from this copy of /sys (e.g. a snapshot of the box a trace came \
+             from)",
+        )
+        .allowed("a directory")
+        .doc("where topology (and DAMON's sysfs) is read from"),
+    Setting::int("perf.ring_pages", 1, 1 << 14, field!(perf.ring_pages))
+        .flag("perf-ring-pages", "PAGES")
+        .help("Data pages of each CPU's perf ring buffer, a power of two [default: {default}]")
+        .allowed("{range}, a power of two")
+        .check(power_of_two)
+        .doc("data pages of each CPU's perf ring buffer, for every perf source"),
+    Setting::int("pagefault.period", 1, 1 << 30, field!(pagefault.period))
+        .flag("pagefault-period", "N")
+        .help("The pagefault source samples one of every N faults per CPU [default: {default}]")
+        .doc("the pagefault source samples one of every `period` faults per CPU"),
+    // The op PMU's minimum period; the maximum is the extended-count one (0x7FFFFF0), checked
+    // against the PMU's caps when the source opens.
+    Setting::int_or("ibs.period", 0x90, 0x7ff_fff0, "auto", IBS_PERIOD)
+        .flag("ibs-period", "N|auto")
+        .help(
+            "IBS: ops (or cycles) between samples, rounded down to a multiple of 16, or \"auto\" \
+             to adapt it to the daemon's CPU budget [default: {default}]",
+        )
+        .allowed(
+            "{range}, rounded down to a multiple of 16 (above 0xFFFF0 only with extended \
+             counts), or `\"auto\"`",
+        )
+        .doc("IBS: ops (or cycles) between samples; `\"auto\"` adapts it to `cpu_budget_pct`"),
+    Setting::int("ibs.cpu_budget_pct", 1, 100, field!(ibs_cpu_budget_pct))
+        .flag("ibs-cpu-budget-pct", "PCT")
+        .help("IBS with --ibs-period auto: daemon CPU allowed, % of one core [default: {default}]")
+        .doc(
+            "with `period = \"auto\"`, the daemon CPU (% of one core, migration included) the \
+             adaptive period may use; a `pghot-period` thread re-decides every second and the \
+             CPU samplers apply it live (PERF_EVENT_IOC_PERIOD)",
+        ),
+    Setting::bool("ibs.count_ops", field!(ibs.count_ops))
+        .flag("ibs-count-ops", "BOOL")
+        .help("IBS: count dispatched ops (true) or cycles (false) [default: {default}]")
+        .doc("count dispatched ops, else cycles (`cnt_ctl`)"),
+    Setting::bool("ibs.l3miss_only", field!(ibs.l3miss_only))
+        .flag("ibs-l3miss-only", "BOOL")
+        .help("IBS: keep only ops that missed L3 (Zen4+) [default: {default}]")
+        .default_is("on where the PMU has it")
+        .doc("keep only ops that missed L3 (Zen4+); `true` on an older PMU is an error"),
+    Setting::int("ibs.ldlat", 128, 2048, field!(ibs.ldlat))
+        .flag("ibs-ldlat", "CYCLES")
+        .help(
+            "IBS: load-latency threshold in cycles, {range} (Zen5, Linux 6.15+) [default: \
+             {default}]",
+        )
+        .default_is("off")
+        .doc("load-latency threshold in cycles (Zen5 and Linux 6.15+)"),
+    Setting::bool("ibs.user_only", field!(ibs.user_only))
+        .flag("ibs-user-only", "BOOL")
+        .help("IBS: user-space samples only [default: {default}]")
+        .doc(
+            "user-space samples only: the kernel filters with `swfilt` (6.14+), else pghotd drops",
+        ),
+    Setting::int("pebs.period", 1, 1 << 30, field!(pebs.period))
+        .flag("pebs-period", "N")
+        .help("PEBS: qualifying loads or stores between samples [default: {default}]")
+        .doc("qualifying loads or stores between samples"),
+    // The `ldlat` format field is 16 bits wide (config1:0-15).
+    Setting::int("pebs.ldlat", 1, u16::MAX as i64, field!(pebs.ldlat))
+        .flag("pebs-ldlat", "CYCLES")
+        .help("PEBS: load-latency threshold in cycles [default: {default}]")
+        .doc("load-latency threshold in cycles"),
+    Setting::bool("pebs.stores", field!(pebs.stores))
+        .flag("pebs-stores", "BOOL")
+        .help("PEBS: also sample stores (mem-stores) [default: {default}]")
+        .doc("also sample `mem-stores`"),
+    Setting::int(
+        "softdirty_interval_ms",
+        10,
+        60_000,
+        field!(softdirty.interval_ms),
+    )
+    .flag("softdirty-interval-ms", "MS")
+    .help("softdirty: time between passes over the pids [default: {default}]")
+    .doc("softdirty: time between passes"),
+    Setting::int(
+        "softdirty_scan_budget_pages",
+        1024,
+        1 << 32,
+        field!(softdirty.scan_budget_pages),
+    )
+    .flag("softdirty-scan-budget-pages", "PAGES")
+    .help("softdirty: most pagemap entries read per second [default: {default}]")
+    .doc("softdirty: most pagemap entries read per second (the interval stretches to stay within)"),
+    Setting::int("damon_sample_us", 100, 500_000, field!(damon.sample_us))
+        .flag("damon-sample-us", "US")
+        .help("damon: sampling interval [default: {default}]")
+        .allowed("{range}, <= `damon_aggr_us`")
+        .doc("damon: sampling interval"),
+    // A snapshot blocks for one aggregation interval; at most half a second keeps a stop within
+    // the daemon's one-second wait, so the kdamond is always turned off.
+    Setting::int("damon_aggr_us", 1000, 500_000, field!(damon.aggr_us))
+        .flag("damon-aggr-us", "US")
+        .help("damon: aggregation interval, also the snapshot interval [default: {default}]")
+        .doc(
+            "damon: aggregation interval, one snapshot each (at most 0.5 s so a stop is seen \
+             within a second)",
+        ),
+    // DAMON itself needs at least 3 regions (damon_set_attrs() in mm/damon/core.c).
+    Setting::int("damon_min_regions", 3, 1_000_000, field!(damon.min_regions))
+        .flag("damon-min-regions", "N")
+        .help("damon: fewest monitoring regions [default: {default}]")
+        .allowed("{range}, <= `damon_max_regions`")
+        .doc("damon: fewest monitoring regions"),
+    Setting::int("damon_max_regions", 3, 1_000_000, field!(damon.max_regions))
+        .flag("damon-max-regions", "N")
+        .help("damon: most monitoring regions [default: {default}]")
+        .doc("damon: most monitoring regions"),
+    Setting::int("damon_max_samples", 1, 1 << 22, field!(damon.max_samples))
+        .flag("damon-max-samples", "N")
+        .help("damon: most samples one snapshot emits [default: {default}]")
+        .doc("damon: most samples one snapshot emits"),
+    Setting::path("control_socket", CONTROL_SOCKET)
+        .flag("control-socket", "PATH")
+        .alias("socket")
+        .help("Control socket for pghotctl; an empty path turns it off [default: {default}]")
+        .allowed("a path; `\"\"` turns it off")
+        .doc("the socket pghotctl talks to (`--socket` on both binaries)"),
+    Setting::text("metrics_listen", METRICS_LISTEN)
+        .flag("metrics-listen", "ADDR:PORT")
+        .help("Serve OpenMetrics on this address, e.g. 127.0.0.1:9464 [default: {default}]")
+        .default_is("off")
+        .allowed("`ADDR:PORT`; `\"\"` is off")
+        .doc("serve OpenMetrics on `http://ADDR:PORT/metrics`"),
+    Setting::paths("cgroups", super::scope::CGROUPS)
+        .flag("cgroup", "PATH")
+        .help(
+            "Manage the processes of this cgroup (v2 or v1 directory) and its descendants, \
+             followed as they come and go; repeat for several; relative paths are under \
+             /sys/fs/cgroup",
+        )
+        .default_is("none")
+        .allowed("cgroup v2/v1 directories (relative: under `/sys/fs/cgroup`)")
+        .doc("manage their processes and their descendants'"),
+    Setting::text("comm", super::scope::COMM)
+        .flag("comm", "REGEX")
+        .help("Manage only processes whose command name (/proc/PID/comm) matches this regex")
+        .default_is("none")
+        .allowed("a regex; `\"\"` is none")
+        .doc("manage only processes whose command name matches"),
+    Setting::int("pid_namespace_of", PID.0, PID.1, field!(pid_namespace_of))
+        .flag("pid-namespace-of", "PID")
+        .help("Read --pid values inside the pid namespace of this process (e.g. a container's)")
+        .default_is("none")
+        .doc("read `pids` inside that process's pid namespace"),
+    Setting::int("scope_refresh_ms", 10, 600_000, field!(scope_refresh_ms))
+        .flag("scope-refresh-ms", "MS")
+        .help(
+            "How often the managed set is re-read from /proc and the cgroups [default: {default}]",
+        )
+        .doc("how often the managed set is re-read"),
+    Setting::switch("admission.split", field!(admission.split))
+        .flag("split-thp", "")
+        .help("Split THPs to the hot mTHP size before promoting (TierBPF); needs debugfs")
+        .doc("split THPs to the hot mTHP size before promoting (needs debugfs)"),
+    Setting::int(
+        "admission.split_flat_entropy_pct",
+        1,
+        100,
+        field!(admission.split_flat_entropy_pct),
+    )
+    .flag("split-flat-entropy-pct", "PCT")
+    .help(
+        "Normalized entropy (percent) at or above which THPs are promoted whole [default: \
+             {default}]",
+    )
+    .doc(
+        "normalized entropy (percent) at or above which a histogram is flat: the THP is \
+             promoted whole",
+    ),
+    Setting::int(
+        "admission.split_coverage_pct",
+        1,
+        100,
+        field!(admission.split_coverage_pct),
+    )
+    .flag("split-coverage-pct", "PCT")
+    .help("Share of samples the hot subpages hold (percent) [default: {default}]")
+    .doc("share of samples the hot subpages hold (percent)"),
+    Setting::int(
+        "admission.split_heat_density_pct",
+        1,
+        100,
+        field!(admission.split_heat_density_pct),
+    )
+    .flag("split-heat-density-pct", "PCT")
+    .help("Share of hot subpages a chosen subfolio needs (percent) [default: {default}]")
+    .doc("share of hot subpages a chosen subfolio needs (percent)"),
+    Setting::int(
+        "admission.split_min_samples",
+        1,
+        1 << 30,
+        field!(admission.split_min_samples),
+    )
+    .flag("split-min-samples", "N")
+    .help("Samples a process's histogram needs before it decides [default: {default}]")
+    .doc(
+        "samples a process's histogram needs before it decides; until then its THP candidates \
+             wait",
+    ),
+    Setting::int(
+        "admission.split_contention_MBps",
+        0,
+        1 << 30,
+        field!(admission.split_contention_mbps),
+    )
+    .flag("split-contention-MBps", "MBPS")
+    .help(
+        "Split only while the slow node's estimated bandwidth reaches this; 0 is always \
+             [default: {default}]",
+    )
+    .doc("split only while the slow node's estimated bandwidth reaches this; 0 is always"),
+    Setting::int(
+        "admission.sample_period",
+        1,
+        1 << 32,
+        field!(admission.sample_period),
+    )
+    .flag("admission-sample-period", "N")
+    .help("Accesses one sample stands for, for the bandwidth estimate [default: {default}]")
+    .default_is("the perf sources' own sampling period, followed live; 1 for the other sources")
+    .doc(
+        "accesses one sample stands for, for the bandwidth estimate (samples/s x \
+             `sample_period` x 64 B)",
+    ),
+    Setting::ints(
+        "admission.full_duplex_nodes",
+        NODE.0,
+        NODE.1,
+        field!(admission.full_duplex_nodes),
+    )
+    .flag("full-duplex-node", "NODE")
+    .help("A lower-tier node on a full-duplex link (CXL); repeat for several")
+    .default_is("none")
+    .allowed("lower-tier memory nodes")
+    .doc("lower-tier nodes on a full-duplex link (CXL), where duplex-aware admission applies"),
+    // Below 50 % "dominant" would call both directions dominant at once.
+    Setting::int(
+        "admission.duplex_dominant_pct",
+        51,
+        100,
+        field!(admission.duplex_dominant_pct),
+    )
+    .flag("duplex-dominant-pct", "PCT")
+    .help(
+        "Share of loads (stores) that makes a node's traffic read (write) dominant [default: \
+             {default}]",
+    )
+    .doc("share of loads (stores) that makes a node's traffic read (write) dominant"),
+    Setting::int(
+        "admission.duplex_write_heavy_pct",
+        1,
+        100,
+        field!(admission.duplex_write_heavy_pct),
+    )
+    .flag("duplex-write-heavy-pct", "PCT")
+    .help("Write ratio (percent) at or above which a page is write-heavy [default: {default}]")
+    .doc("write ratio (percent) at or above which a page is write-heavy"),
+    Setting::int(
+        "admission.duplex_filter_KiB",
+        1,
+        1 << 20,
+        field!(admission.duplex_filter_kib),
+    )
+    .flag("duplex-filter-KiB", "KIB")
+    .help("Size of each of the two Bloom filters, KiB [default: {default}]")
+    .doc("size of each of the two counting Bloom filters, KiB"),
+];
+
+/// perf rings are 2^n data pages (perf_mmap() in kernel/events/core.c refuses other sizes).
+fn power_of_two(pages: i64) -> Result<(), String> {
+    if (pages as u64).is_power_of_two() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{pages} is not a power of two (perf rings are 2^n pages)"
+        ))
+    }
+}
+
+pub(super) fn text(value: Written) -> Result<String, String> {
+    match value {
+        Written::Text(s) => Ok(s),
+        other => Err(format!("{other:?} is not a string")),
+    }
+}
+
+pub(super) fn texts(value: Written) -> Result<Vec<String>, String> {
+    match value {
+        Written::Texts(v) => Ok(v),
+        other => Err(format!("{other:?} is not a list of strings")),
+    }
+}
+
+fn path_text(p: &Path) -> Written {
+    Written::Text(p.display().to_string())
+}
+
+const SOURCES: Field = Field {
+    get: |c| {
+        Some(Written::Texts(
+            c.sources.iter().map(|s| s.to_string()).collect(),
+        ))
+    },
+    set: |c, value| {
+        c.sources = texts(value)?
+            .iter()
+            .map(|spec| SourceSpec::parse(spec).map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        Ok(())
+    },
+    copy: |from, to| to.sources = from.sources.clone(),
+};
+
+const SYSFS_ROOT: Field = Field {
+    get: |c| Some(path_text(&c.sysfs_root)),
+    set: |c, value| {
+        let dir = PathBuf::from(text(value)?);
+        if !dir.is_dir() {
+            return Err(format!("{} is not a directory", dir.display()));
+        }
+        c.sysfs_root = dir;
+        Ok(())
+    },
+    copy: |from, to| to.sysfs_root = from.sysfs_root.clone(),
+};
+
+/// A number, or "auto": the adaptive controller sets the period live (`ibs_period_auto`).
+const IBS_PERIOD: Field = Field {
+    get: |c| {
+        Some(if c.ibs_period_auto {
+            Written::Text("auto".into())
+        } else {
+            Written::Int(c.ibs.period as i64)
+        })
+    },
+    set: |c, value| {
+        match value {
+            Written::Int(n) => {
+                c.ibs.period = u64::try_from(n).map_err(|e| e.to_string())?;
+                c.ibs_period_auto = false;
+            }
+            // The kind admits only its word.
+            _ => c.ibs_period_auto = true,
+        }
+        Ok(())
+    },
+    copy: |from, to| {
+        to.ibs.period = from.ibs.period;
+        to.ibs_period_auto = from.ibs_period_auto;
+    },
+};
+
+/// An empty path turns the socket off; `config get` shows it as null.
+const CONTROL_SOCKET: Field = Field {
+    get: |c| c.control_socket.as_deref().map(path_text),
+    set: |c, value| {
+        let path = text(value)?;
+        c.control_socket = (!path.is_empty()).then(|| PathBuf::from(path));
+        Ok(())
+    },
+    copy: |from, to| to.control_socket = from.control_socket.clone(),
+};
+
+const METRICS_LISTEN: Field = Field {
+    get: |c| c.metrics_listen.map(|a| Written::Text(a.to_string())),
+    set: |c, value| {
+        let addr = text(value)?;
+        c.metrics_listen = match addr.as_str() {
+            "" => None,
+            addr => Some(
+                addr.parse()
+                    .map_err(|_| format!("'{addr}' is not ADDR:PORT (e.g. 127.0.0.1:9464)"))?,
+            ),
+        };
+        Ok(())
+    },
+    copy: |from, to| to.metrics_listen = from.metrics_listen,
+};

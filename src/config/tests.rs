@@ -1,0 +1,572 @@
+//! The configuration's behaviour, with expected values written out by hand (from the README
+//! and the man page), not read from the table.
+
+use super::*;
+
+pub(super) fn from_file(text: &str) -> Result<Config, ConfigError> {
+    let mut c = Config::default();
+    c.apply_file(Path::new("/etc/pghotd/pghotd.toml"), text)?;
+    Ok(c)
+}
+
+#[test]
+fn demote_is_off_by_default_and_its_watermark_sits_above_the_promotion_reserve() {
+    let c = Config::default();
+    assert!(!c.migrator.demote);
+    let c = Config::default()
+        .with_setting("demote", "true")
+        .and_then(|c| c.with_setting("demote_free_pct", "8"))
+        .unwrap();
+    assert!(c.migrator.demote);
+    assert_eq!(c.migrator.demote_free_pct, 8);
+    let err = c
+        .with_setting("demote_free_pct", "2")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("demote_free_pct"), "{err}");
+    assert!(err.contains("above promote_min_free_pct (2)"), "{err}");
+    let err = Config::default()
+        .with_setting("demote_free_pct", "0")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("1") && err.contains("60"), "{err}");
+}
+
+#[test]
+fn defaults_match_the_seed() {
+    let c = Config::default();
+    assert_eq!(c.policy.freq_threshold, 2);
+    assert_eq!(c.policy.promote_window_ms, 5000);
+    assert_eq!(c.migrator.promote_rate_limit_mbps, 65536);
+    assert_eq!(c.migrator.migrate_interval_ms, 100);
+    assert_eq!(c.migrator.migrate_batch, 512);
+}
+
+#[test]
+fn file_keys_are_applied() {
+    let c = from_file(
+        "enabled_sources = [\"trace:/tmp/a\", \"trace:-\"]\ntarget_nid = 1\nfreq_threshold = 1\n\
+         promote_window_ms = 3000\npromote_rate_limit_MBps = 100\nmigrate_batch = 64\n\
+         pids = [10, 20]\ndry_run = true\n",
+    )
+    .unwrap();
+    assert_eq!(c.sources.len(), 2);
+    assert_eq!(c.target_nid, Some(1));
+    assert_eq!(c.policy.freq_threshold, 1);
+    assert_eq!(c.policy.promote_window_ms, 3000);
+    assert_eq!(c.migrator.promote_rate_limit_mbps, 100);
+    assert_eq!(c.migrator.migrate_batch, 64);
+    assert_eq!(c.pids, vec![10, 20]);
+    assert!(c.migrator.dry_run);
+}
+
+#[test]
+fn out_of_range_values_name_key_line_and_range() {
+    let err = from_file("# comment\nfreq_threshold = 2\nmigrate_batch = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "config /etc/pghotd/pghotd.toml line 3: migrate_batch = 0 is out of range; allowed 1..=65536"
+    );
+    let err = from_file("pids = [1, -5]").unwrap_err().to_string();
+    assert!(err.contains("line 1: pids = -5 is out of range"), "{err}");
+}
+
+#[test]
+fn unknown_keys_and_wrong_types_are_errors_with_a_line() {
+    let err = from_file("freq_threshold = 2\nfreq_treshold = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("unknown field `freq_treshold`"), "{err}");
+    let err = from_file("migrate_batch = \"many\"")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 1"), "{err}");
+    let err = from_file("enabled_sources = [\"ibz\"]")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("enabled_sources: unknown source 'ibz'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn ibs_period_is_a_number_or_auto() {
+    let c = from_file("[ibs]\nperiod = \"auto\"\ncpu_budget_pct = 3\n").unwrap();
+    assert!(c.ibs_period_auto);
+    assert_eq!(c.ibs_cpu_budget_pct, 3);
+    let c = from_file("[ibs]\nperiod = 20000\n").unwrap();
+    assert_eq!((c.ibs_period_auto, c.ibs.period), (false, 20000));
+    let err = from_file("[ibs]\nperiod = \"fast\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 2: ibs.period: 'fast' is neither a number"),
+        "{err}"
+    );
+    let err = from_file("[ibs]\nperiod = 16\n").unwrap_err().to_string();
+    assert!(
+        err.contains("ibs.period = 16 is out of range; allowed 144..="),
+        "{err}"
+    );
+    let args = TunableArgs::parse_from(["--ibs-period", "auto"]).unwrap();
+    let mut c = Config::default();
+    c.apply_args(&args).unwrap();
+    assert!(c.ibs_period_auto);
+}
+
+#[test]
+fn perf_tables_are_read_and_checked() {
+    let c = from_file("[perf]\nring_pages = 256\n[pagefault]\nperiod = 4\n").unwrap();
+    assert_eq!((c.perf.ring_pages, c.pagefault.period), (256, 4));
+    let err = from_file("freq_threshold = 2\n[perf]\nring_pages = 100\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 3: perf.ring_pages: 100 is not a power of two"),
+        "{err}"
+    );
+    let err = from_file("[pagefault]\nperiod = 0\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pagefault.period = 0 is out of range"),
+        "{err}"
+    );
+    let err = from_file("[perf]\nring_page = 2\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `ring_page`"), "{err}");
+}
+
+#[test]
+fn flags_override_the_file_and_are_validated() {
+    let mut c = from_file("freq_threshold = 5\n").unwrap();
+    let args = TunableArgs::parse_from(["--freq-threshold", "3"]).unwrap();
+    c.apply_args(&args).unwrap();
+    assert_eq!(c.policy.freq_threshold, 3);
+    let args = TunableArgs::parse_from(["--promote-window-ms=0"]).unwrap();
+    let err = c.apply_args(&args).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "flag --promote-window-ms: promote_window_ms = 0 is out of range; allowed 1..=3600000"
+    );
+}
+
+#[test]
+fn software_source_keys_are_applied_and_checked() {
+    let c = from_file(
+        "enabled_sources = [\"damon\", \"softdirty\"]\nsoftdirty_interval_ms = 500\n\
+         softdirty_scan_budget_pages = 4096\ndamon_sample_us = 1000\ndamon_aggr_us = 50000\n\
+         damon_min_regions = 5\ndamon_max_regions = 50\ndamon_max_samples = 100\n",
+    )
+    .unwrap();
+    assert_eq!(c.sources, vec![SourceSpec::Damon, SourceSpec::SoftDirty]);
+    assert_eq!(c.softdirty.interval_ms, 500);
+    assert_eq!(c.softdirty.scan_budget_pages, 4096);
+    assert_eq!(c.damon.sample_us, 1000);
+    assert_eq!(c.damon.aggr_us, 50000);
+    assert_eq!(c.damon.min_regions, 5);
+    assert_eq!(c.damon.max_regions, 50);
+    assert_eq!(c.damon.max_samples, 100);
+    let err = from_file("damon_aggr_us = 600000\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 1: damon_aggr_us = 600000 is out of range; allowed 1000..=500000"),
+        "{err}"
+    );
+    let err = from_file("damon_sample_us = 20000\ndamon_aggr_us = 10000\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 1: damon_sample_us: the sampling interval (20000 us)"),
+        "{err}"
+    );
+    // A flag that breaks the file's setting is named.
+    let mut c = from_file("damon_min_regions = 100\n").unwrap();
+    let args = TunableArgs::parse_from(["--damon-max-regions", "50"]).unwrap();
+    let err = c.apply_args(&args).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "flag --damon-max-regions: damon_min_regions: damon_min_regions (100) must not exceed damon_max_regions (50)"
+    );
+    let err = from_file("softdirty_interval_ms = 5\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("softdirty_interval_ms = 5 is out of range"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_set_validates_like_the_file() {
+    let c = Config::default();
+    let next = c.with_setting("freq_threshold", "3").unwrap();
+    assert_eq!(next.policy.freq_threshold, 3);
+    let err = c
+        .with_setting("freq_threshold", "0")
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "config set: freq_threshold = 0 is out of range; allowed 1..=65535"
+    );
+    let err = c
+        .with_setting("freq_treshold", "3")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("unknown field `freq_treshold`"), "{err}");
+    let err = c
+        .with_setting("migrate_batch", "many")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("invalid type: string \"many\""), "{err}");
+    let err = c
+        .with_setting("metrics_listen", "nowhere")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("'nowhere' is not ADDR:PORT"), "{err}");
+    let next = c.with_setting("metrics_listen", "127.0.0.1:9464").unwrap();
+    assert_eq!(next.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+    let next = c.with_setting("control_socket", "\"\"").unwrap();
+    assert_eq!(next.control_socket, None);
+    let next = c.with_setting("perf.ring_pages", "128").unwrap();
+    assert_eq!(next.perf.ring_pages, 128);
+}
+
+#[test]
+fn an_explicit_missing_config_is_an_error_the_default_is_not() {
+    let err = Config::load(
+        Some(Path::new("/nonexistent/p.toml")),
+        &TunableArgs::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("reading config /nonexistent/p.toml"),
+        "{err}"
+    );
+}
+
+/// README.md's settings tables are the generated ones; `PGHOTD_UPDATE_README=1` rewrites them.
+#[test]
+fn the_readme_settings_tables_are_generated_from_the_table() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let generated = docs::readme_with_tables(&readme);
+    if generated == readme {
+        return;
+    }
+    if std::env::var_os("PGHOTD_UPDATE_README").is_some() {
+        std::fs::write(&path, generated).unwrap();
+        return;
+    }
+    let differ: Vec<(&str, &str)> = readme
+        .lines()
+        .zip(generated.lines())
+        .filter(|(a, b)| a != b)
+        .take(3)
+        .collect();
+    panic!(
+        "README.md's settings tables differ from src/config/defs.rs (first differences: \
+         {differ:#?}); rewrite them with PGHOTD_UPDATE_README=1 cargo test --lib \
+         config::tests::the_readme"
+    );
+}
+
+/// Every key, its default as `config get` shows it and its range, as README.md and
+/// `pghotd --help` gave them before the table existed (written out here by hand).
+/// An allowed range, `min..=max`.
+type Range = Option<(i64, i64)>;
+
+const BY_HAND: &[(&str, &str, Range)] = &[
+    ("enabled_sources", r#"["auto"]"#, None),
+    ("target_nid", "null", Some((0, 1023))),
+    ("freq_threshold", "2", Some((1, 65535))),
+    ("promote_window_ms", "5000", Some((1, 3_600_000))),
+    ("promote_rate_limit_MBps", "65536", Some((1, 1 << 30))),
+    ("promote_min_free_pct", "2", Some((0, 50))),
+    ("migrate_interval_ms", "100", Some((1, 60_000))),
+    ("migrate_batch", "512", Some((1, 65_536))),
+    ("max_tracked_pages", "1048576", Some((1024, 1 << 32))),
+    ("heat_halflife_ms", "1000", Some((1, 3_600_000))),
+    ("pids", "[]", Some((1, 4_194_303))),
+    ("dry_run", "false", None),
+    ("demote", "false", None),
+    ("demote_free_pct", "5", Some((1, 60))),
+    ("sysfs_root", r#""/sys""#, None),
+    ("perf.ring_pages", "64", Some((1, 16384))),
+    ("pagefault.period", "1", Some((1, 1 << 30))),
+    ("ibs.period", "10000", Some((0x90, 0x7FF_FFF0))),
+    ("ibs.cpu_budget_pct", "5", Some((1, 100))),
+    ("ibs.count_ops", "true", None),
+    ("ibs.l3miss_only", "null", None),
+    ("ibs.ldlat", "null", Some((128, 2048))),
+    ("ibs.user_only", "true", None),
+    ("pebs.period", "2000", Some((1, 1 << 30))),
+    ("pebs.ldlat", "30", Some((1, 65535))),
+    ("pebs.stores", "true", None),
+    ("softdirty_interval_ms", "1000", Some((10, 60_000))),
+    (
+        "softdirty_scan_budget_pages",
+        "1048576",
+        Some((1024, 1 << 32)),
+    ),
+    ("damon_sample_us", "5000", Some((100, 500_000))),
+    ("damon_aggr_us", "100000", Some((1000, 500_000))),
+    ("damon_min_regions", "10", Some((3, 1_000_000))),
+    ("damon_max_regions", "1000", Some((3, 1_000_000))),
+    ("damon_max_samples", "16384", Some((1, 1 << 22))),
+    ("control_socket", r#""/run/pghotd/pghotd.sock""#, None),
+    ("metrics_listen", "null", None),
+    ("cgroups", "[]", None),
+    ("comm", "null", None),
+    ("pid_namespace_of", "null", Some((1, 4_194_303))),
+    ("scope_refresh_ms", "1000", Some((10, 600_000))),
+    ("admission.split", "false", None),
+    ("admission.split_flat_entropy_pct", "95", Some((1, 100))),
+    ("admission.split_coverage_pct", "80", Some((1, 100))),
+    ("admission.split_heat_density_pct", "75", Some((1, 100))),
+    ("admission.split_min_samples", "64", Some((1, 1 << 30))),
+    ("admission.split_contention_MBps", "0", Some((0, 1 << 30))),
+    ("admission.sample_period", "null", Some((1, 1 << 32))),
+    ("admission.full_duplex_nodes", "[]", Some((0, 1023))),
+    ("admission.duplex_dominant_pct", "70", Some((51, 100))),
+    ("admission.duplex_write_heavy_pct", "50", Some((1, 100))),
+    ("admission.duplex_filter_KiB", "256", Some((1, 1 << 20))),
+];
+
+#[test]
+fn config_get_shows_every_key_with_the_documented_default() {
+    let values = Config::default().values();
+    let shown: Vec<(&str, String)> = values.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    let expected: Vec<(&str, String)> = BY_HAND
+        .iter()
+        .map(|(k, v, _)| (*k, v.to_string()))
+        .collect();
+    assert_eq!(shown, expected);
+}
+
+#[test]
+fn every_range_admits_its_ends_and_names_itself_past_them() {
+    // The cross-key checks would refuse some ends against the other keys' defaults.
+    let base = Config::default()
+        .with_setting("damon_aggr_us", "500000")
+        .and_then(|c| c.with_setting("damon_sample_us", "100"))
+        .and_then(|c| c.with_setting("damon_max_regions", "1000000"))
+        .and_then(|c| c.with_setting("damon_min_regions", "3"))
+        .unwrap();
+    for &(key, _, range) in BY_HAND {
+        let Some((min, max)) = range else { continue };
+        let list = key == "pids" || key == "admission.full_duplex_nodes";
+        let text = |n: i64| {
+            if list {
+                format!("[{n}]")
+            } else {
+                n.to_string()
+            }
+        };
+        for ok in [min, max] {
+            if let Err(e) = base.with_setting(key, &text(ok)) {
+                panic!("{key} = {ok}: {e}");
+            }
+        }
+        for bad in [min - 1, max + 1] {
+            let err = base.with_setting(key, &text(bad)).unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("config set: {key} = {bad} is out of range; allowed {min}..={max}")
+            );
+        }
+    }
+}
+
+#[test]
+fn runtime_keys_are_the_documented_ones() {
+    let mut keys: Vec<&str> = runtime_keys().collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "demote",
+            "demote_free_pct",
+            "freq_threshold",
+            "heat_halflife_ms",
+            "migrate_batch",
+            "migrate_interval_ms",
+            "promote_min_free_pct",
+            "promote_rate_limit_MBps",
+            "promote_window_ms",
+            "target_nid",
+        ]
+    );
+}
+
+#[test]
+fn a_runtime_change_takes_runtime_keys_and_reports_the_others() {
+    let mut running = Config::default();
+    let next = from_file(
+        "freq_threshold = 7\ntarget_nid = 1\ndry_run = true\nmax_tracked_pages = 4096\n\
+         [admission]\nsplit_min_samples = 9\n",
+    )
+    .unwrap();
+    let change = running.set_runtime(&next);
+    assert_eq!(change.applied, ["target_nid", "freq_threshold"]);
+    assert_eq!(
+        change.needs_restart,
+        [
+            "max_tracked_pages",
+            "dry_run",
+            "admission.split_min_samples"
+        ]
+    );
+    assert_eq!(
+        (running.policy.freq_threshold, running.target_nid),
+        (7, Some(1))
+    );
+    assert!(!running.migrator.dry_run);
+    assert_eq!(running.max_tracked_pages, 1 << 20);
+    assert_eq!(running.admission.split_min_samples, 64);
+    // Back to the file without target_nid: unset again, as a restart would have it.
+    let change = running.set_runtime(&Config::default());
+    assert_eq!(change.applied, ["target_nid", "freq_threshold"]);
+    assert_eq!(running.target_nid, None);
+}
+
+#[test]
+fn every_flag_sets_its_key() {
+    // (flags, key, value config get shows), spelled as `pghotd --help` spelled them.
+    type Case<'a> = (&'a [&'a str], &'a str, &'a str);
+    let cases: &[Case] = &[
+        (
+            &["--source", "damon", "--source", "softdirty"],
+            "enabled_sources",
+            r#"["damon","softdirty"]"#,
+        ),
+        (&["--pid", "3", "--pid", "4"], "pids", "[3,4]"),
+        (&["--dry-run"], "dry_run", "true"),
+        (&["--socket", "/tmp/s"], "control_socket", r#""/tmp/s""#),
+        (
+            &["--promote-rate-limit-MBps", "9"],
+            "promote_rate_limit_MBps",
+            "9",
+        ),
+        (&["--ibs-period", "auto"], "ibs.period", r#""auto""#),
+        (&["--ibs-count-ops", "false"], "ibs.count_ops", "false"),
+        (&["--perf-ring-pages", "8"], "perf.ring_pages", "8"),
+        (&["--split-thp"], "admission.split", "true"),
+        (
+            &["--admission-sample-period", "7"],
+            "admission.sample_period",
+            "7",
+        ),
+        (
+            &["--full-duplex-node", "2", "--full-duplex-node", "3"],
+            "admission.full_duplex_nodes",
+            "[2,3]",
+        ),
+        (
+            &["--duplex-filter-KiB", "64"],
+            "admission.duplex_filter_KiB",
+            "64",
+        ),
+    ];
+    for (flags, key, shown) in cases {
+        let mut c = Config::default();
+        c.apply_args(&TunableArgs::parse_from(flags.iter().copied()).unwrap())
+            .unwrap();
+        let value = c.values().into_iter().find(|(k, _)| k == key).unwrap().1;
+        assert_eq!(value.to_string(), *shown, "{flags:?}");
+    }
+    let err = TunableArgs::parse_from(["--migrate-batch", "many"]).unwrap_err();
+    assert!(err.to_string().contains("'many'"), "{err}");
+}
+
+#[test]
+fn every_default_reads_back_through_config_set() {
+    // What `config get` shows for a default, set again, is accepted and changes nothing.
+    let defaults = Config::default();
+    for (key, value) in defaults.values() {
+        if value.is_null() {
+            continue;
+        }
+        let again = defaults
+            .with_setting(key, &value.to_string())
+            .unwrap_or_else(|e| panic!("{key} = {value}: {e}"));
+        assert_eq!(again, defaults, "{key}");
+    }
+}
+
+#[test]
+fn every_setting_without_a_value_says_its_default_in_words() {
+    let defaults = Config::default();
+    for s in SETTINGS {
+        let empty = match (s.field.get)(&defaults) {
+            None => true,
+            Some(Written::Ints(v)) => v.is_empty(),
+            Some(Written::Texts(v)) => v.is_empty(),
+            Some(_) => false,
+        };
+        assert!(
+            !empty || s.default.is_some(),
+            "{} needs default words",
+            s.key
+        );
+        assert!(
+            !s.flag.is_empty() && !s.help.is_empty() && !s.doc.is_empty(),
+            "{}",
+            s.key
+        );
+    }
+}
+
+#[test]
+fn the_man_page_lists_each_key_under_its_table() {
+    let man = docs::man_page();
+    assert!(man.starts_with(".TH pghotd.toml 5 "), "{man}");
+    // By hand, from the README's tables.
+    for entry in [
+        ".SH KEYS\n.TP\n.B enabled_sources\n",
+        ".B migrate_batch\nmigrators also wake when this many candidates wait\n.br\nDefault: 512.\n\
+         .br\nAllowed: 1..=65536.\n.br\nFlag: \\fB\\-\\-migrate\\-batch\\fR.\n.br\n\
+         \\fIChanges while running.\\fR\n",
+        ".SH [ibs]\n.TP\n.B period\n",
+        ".B split_min_samples\n",
+        ".br\nFlag: \\fB\\-\\-pid\\fR, once per element.\n",
+    ] {
+        assert!(man.contains(entry), "{entry:?} not in\n{man}");
+    }
+    assert_eq!(man.matches(".SH KEYS").count(), 1);
+    assert!(
+        man.find(".SH [perf]").unwrap() > man.find(".B scope_refresh_ms").unwrap(),
+        "tables after the top-level keys"
+    );
+}
+
+#[test]
+fn groff_reads_the_man_page_without_warnings() {
+    let Ok(mut child) = std::process::Command::new("groff")
+        .args(["-man", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("groff not installed; the man page is not linted");
+        return;
+    };
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(docs::man_page().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
