@@ -132,7 +132,9 @@ mod tests {
         let err = read_bounded(&fifo, 4096).unwrap_err();
         assert!(err.to_string().contains("not a regular file"), "{err}");
         assert_eq!(
-            read_bounded(&dir.path().join("absent"), 1).unwrap_err().kind(),
+            read_bounded(&dir.path().join("absent"), 1)
+                .unwrap_err()
+                .kind(),
             io::ErrorKind::NotFound
         );
     }
