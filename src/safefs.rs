@@ -1,16 +1,42 @@
 //! Writing files a root daemon creates at paths an operator chose (the `--record` trace, DAMON
-//! state files under `run_dir`) without being redirected.
+//! state files under `run_dir`) without being redirected, and reading kernel files (`/proc`)
+//! with a type check and a bound.
 //!
 //! A path in a world-writable directory such as /tmp can be prepared by another user: a
 //! symlink to /etc/shadow, or a hard link to it, would make a plain `File::create` truncate
 //! and overwrite the target as root. [`create_private`] refuses a symlink as the last
 //! component (`O_NOFOLLOW`), a file another user owns or one with other hard links, and only
 //! truncates after those checks, on the descriptor it checked.
+//!
+//! [`read_bounded`] reads a file that must be a regular file and at most `limit` bytes long;
+//! [`read_proc`] hands those bytes to a parser of the `procfs` crate. The crate's own readers
+//! (`Process::stat()`, `FromRead::from_file`) read to the end of whatever the path names,
+//! however long; pghotd runs as root and some of these files grow with what a watched process
+//! does (`maps` holds a line per mapping, up to `vm.max_map_count`), so the bytes are read here
+//! and only the parsing is the crate's.
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+/// Bounds for the `/proc` files pghotd reads: each well above what a kernel writes there.
+pub mod limit {
+    /// `/proc/PID/stat`: 52 numbers and a 15-byte command name (about 350 bytes).
+    pub const STAT: usize = 4096;
+    /// `/proc/PID/comm`: 16 bytes at most.
+    pub const COMM: usize = 256;
+    /// `/proc/PID/status`: about 1.5 KiB, more with a long `Groups:` (up to NGROUPS_MAX = 65536
+    /// groups of at most 11 bytes each) or many `Cpus_allowed` words.
+    pub const STATUS: usize = 1 << 20;
+    /// `/proc/PID/schedstat`: three numbers.
+    pub const SCHEDSTAT: usize = 256;
+    /// `/proc/cpuinfo`: about 1.5 KiB per CPU on x86, for up to 8192 CPUs.
+    pub const CPUINFO: usize = 16 << 20;
+    /// `/proc/PID/maps` and `numa_maps`: a line per mapping (at most `vm.max_map_count`, 65530
+    /// by default) of about 75 bytes plus the file's path (at most PATH_MAX, 4096).
+    pub const MAPS: usize = 256 << 20;
+}
 
 /// Opens `path` for writing, created with mode 0600 or truncated, refusing a symlink, a file
 /// owned by another user and a file with more than one link.
@@ -54,10 +80,75 @@ pub fn create_private(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Reads all of `path`, which must be a regular file of at most `limit` bytes. Opened without
+/// blocking (a FIFO put in a fixture's place fails the type check instead of hanging the
+/// reader).
+pub fn read_bounded(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is not a regular file; not read",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is longer than {limit} bytes; not read"),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Reads `path` with [`read_bounded`] and parses it with the `procfs` crate's parser for `T`.
+/// Errors carry no path: callers name it in their own error types.
+pub fn read_proc<T: procfs::FromRead>(path: &Path, limit: usize) -> procfs::ProcResult<T> {
+    let bytes = read_bounded(path, limit)?;
+    T::from_read(bytes.as_slice())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn bounded_reads_refuse_long_files_and_non_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, "12345").unwrap();
+        assert_eq!(read_bounded(&path, 5).unwrap(), b"12345");
+        let err = read_bounded(&path, 4).unwrap_err();
+        assert!(err.to_string().contains("longer than 4 bytes"), "{err}");
+        let err = read_bounded(dir.path(), 4096).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = read_bounded(&fifo, 4096).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        assert_eq!(
+            read_bounded(&dir.path().join("absent"), 1)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn proc_files_parse_through_the_crate() {
+        // This process's stat: the pid is field 1 (proc(5)), the state one of its letters.
+        let stat: procfs::process::Stat =
+            read_proc(Path::new("/proc/self/stat"), limit::STAT).unwrap();
+        assert_eq!(stat.pid, std::process::id() as i32);
+        assert!("RSDTtWXZPI".contains(stat.state), "{}", stat.state);
+        let too_small = read_proc::<procfs::process::Stat>(Path::new("/proc/self/stat"), 8);
+        assert!(too_small.is_err());
+    }
 
     #[test]
     fn a_regular_file_is_created_private_and_truncated() {

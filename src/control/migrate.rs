@@ -83,22 +83,18 @@ pub struct Vma {
 /// The mappings of `pid` with pages on `from`, from numa_maps (per-node counts) and maps
 /// (the ends, which numa_maps lacks).
 pub fn plan(proc_root: &Path, pid: u32, from: &[NodeId]) -> Result<Vec<Vma>, MigrateError> {
+    // Bounded reads: the process makes both files as long as it likes (a line per mapping).
     let read = |name: &str| {
         let path = proc_root.join(pid.to_string()).join(name);
-        std::fs::read_to_string(&path).map_err(|source| MigrateError::Proc { pid, path, source })
+        crate::safefs::read_bounded(&path, crate::safefs::limit::MAPS)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|source| MigrateError::Proc { pid, path, source })
     };
+    // numa_maps is parsed here: the procfs crate has no parser for it.
     let numa_maps = read("numa_maps")?;
     let maps = read("maps")?;
-    let ends: HashMap<u64, u64> = maps
-        .lines()
-        .filter_map(|l| {
-            let (range, _) = l.split_once(' ')?;
-            let (a, b) = range.split_once('-')?;
-            Some((
-                u64::from_str_radix(a, 16).ok()?,
-                u64::from_str_radix(b, 16).ok()?,
-            ))
-        })
+    let ends: HashMap<u64, u64> = crate::scope::proc::memory_maps(&maps)
+        .map(|m| m.address)
         .collect();
     let mut vmas = Vec::new();
     for line in numa_maps.lines() {
@@ -245,7 +241,7 @@ mod tests {
         std::fs::write(
             p.join("maps"),
             format!(
-                "{:x}-{:x} rw-p 00000000 00:00 0\n{:x}-{:x} r-xp 00000000 08:01 12 /bin/x\n",
+                "{:x}-{:x} rw-p 00000000 00:00 0 \n{:x}-{:x} r-xp 00000000 08:01 12 /bin/x\n",
                 BASE,
                 BASE + 8 * PAGE_SIZE,
                 BASE + 0x10_0000,

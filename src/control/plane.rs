@@ -264,7 +264,7 @@ impl ControlPlane {
     }
 
     fn comm(&self, pid: u32) -> String {
-        std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("comm"))
+        crate::scope::proc::read_comm(&self.proc_root.join(pid.to_string()).join("comm"))
             .map(|s| s.trim_end().to_string())
             .unwrap_or_default()
     }

@@ -134,17 +134,9 @@ fn peer_of(stream: &UnixStream, control_gid: Option<u32>) -> Peer {
 
 /// The `Groups:` of /proc/PID/status (empty when the process is gone).
 fn supplementary_groups(pid: i32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("Groups:").map(|g| {
-                    g.split_whitespace()
-                        .filter_map(|n| n.parse().ok())
-                        .collect()
-                })
-            })
-        })
+    let path = PathBuf::from(format!("/proc/{pid}/status"));
+    crate::safefs::read_proc::<procfs::process::Status>(&path, crate::safefs::limit::STATUS)
+        .map(|status| status.groups)
         .unwrap_or_default()
 }
 
@@ -499,6 +491,20 @@ fn client_gone(stream: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn supplementary_groups_are_the_kernels() {
+        let mut want: Vec<u32> = nix::unistd::getgroups()
+            .unwrap()
+            .iter()
+            .map(|g| g.as_raw())
+            .collect();
+        want.sort_unstable();
+        let mut got = supplementary_groups(std::process::id() as i32);
+        got.sort_unstable();
+        assert_eq!(got, want);
+        assert!(supplementary_groups(-1).is_empty());
+    }
 
     #[test]
     fn a_group_file_gives_the_gid_of_the_named_group_only() {

@@ -101,6 +101,13 @@ pub enum SourceError {
         path: String,
         source: std::io::Error,
     },
+    /// A `/proc` file the `procfs` crate read, wrote or parsed.
+    #[error("{op} {path}: {source}")]
+    Proc {
+        op: &'static str,
+        path: String,
+        source: Box<procfs::ProcError>,
+    },
     #[error("damon: {0}")]
     Damon(String),
 }

@@ -16,7 +16,7 @@ use super::{OpenContext, SourceError};
 use crate::sample::{AccessOp, Sample, SourceKind};
 use crate::sampler::SampleSink;
 use crate::scope::Scope;
-use crate::scope::proc::stat_field;
+use crate::scope::proc::read_stat;
 use crate::stats::Counter;
 
 /// The processes a software source watches.
@@ -63,20 +63,20 @@ pub fn require_alive(pids: &[u32]) -> Result<(), SourceError> {
 
 /// True while `/proc/PID` exists and is not a zombie (a zombie has no memory left to watch).
 pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat_field(&stat, 3).is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    stat(pid).is_some_and(|stat| stat.state != 'Z' && stat.state != 'X')
 }
 
 /// The CPU the process last ran on (`/proc/PID/stat` field 39): the sources' stand-in for the
 /// accessing CPU, which picks the nearest top-tier node. `u32::MAX` (no CPU) when unknown, so
 /// the page's own node picks it instead.
 pub fn last_cpu(pid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat_field(&stat, 39)?.parse().ok())
+    stat(pid)
+        .and_then(|stat| u32::try_from(stat.processor?).ok())
         .unwrap_or(u32::MAX)
+}
+
+fn stat(pid: u32) -> Option<procfs::process::Stat> {
+    read_stat(std::path::Path::new(&format!("/proc/{pid}/stat")))
 }
 
 /// The managed pids of one source, and the exits it has seen.
@@ -154,6 +154,30 @@ pub fn emit_pages(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not waited for: once `true` exits it stays a zombie (state Z, proc(5)) until reaped.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while pid_alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let raw = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        assert!(raw[raw.rfind(')').unwrap()..].starts_with(") Z "), "{raw}");
+        assert!(!pid_alive(pid));
+        // The CPU it last ran on is still there: field 39 counted by hand.
+        let cpu: u32 = raw[raw.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .nth(39 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(last_cpu(pid), cpu);
+        let mut child = child;
+        child.wait().unwrap();
+    }
 
     #[test]
     fn this_process_is_alive_and_runs_on_a_cpu() {

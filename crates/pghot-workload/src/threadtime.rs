@@ -4,11 +4,11 @@
 //! A promoter that runs beside the workload costs it time in all three ways, and the access
 //! rate alone cannot tell them apart; the rig reports the split per scenario. Read from
 //! `/proc/thread-self/schedstat` (run and runqueue ns, CONFIG_SCHED_INFO) and the
-//! `voluntary_ctxt_switches` line of `/proc/thread-self/status`. Two short lines: parsed here
-//! rather than through the `procfs` crate.
+//! `voluntary_ctxt_switches` line of `/proc/thread-self/status`, both parsed by the `procfs`
+//! crate (`Schedstat`, `Status`). A tool's own files about its own threads: read whole.
 
-use std::fs;
-
+use procfs::FromRead;
+use procfs::process::{Schedstat, Status};
 use serde::Serialize;
 
 /// A thread's scheduler counters at one moment.
@@ -22,26 +22,24 @@ pub struct ThreadTimes {
 impl ThreadTimes {
     /// The calling thread's counters; `None` where the kernel does not provide them.
     pub fn of_current_thread() -> Option<ThreadTimes> {
-        let schedstat = fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-        let status = fs::read_to_string("/proc/thread-self/status").ok()?;
-        ThreadTimes::parse(&schedstat, &status)
+        let schedstat = Schedstat::from_file("/proc/thread-self/schedstat").ok()?;
+        let status = Status::from_file("/proc/thread-self/status").ok()?;
+        ThreadTimes::of(&schedstat, &status)
     }
 
     /// From the text of `schedstat` ("run_ns runqueue_ns timeslices") and `status`.
     pub fn parse(schedstat: &str, status: &str) -> Option<ThreadTimes> {
-        let mut fields = schedstat.split_ascii_whitespace();
-        let run_ns = fields.next()?.parse().ok()?;
-        let runqueue_ns = fields.next()?.parse().ok()?;
-        let voluntary_switches = status
-            .lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
-            .trim()
-            .parse()
-            .ok()?;
+        ThreadTimes::of(
+            &Schedstat::from_read(schedstat.as_bytes()).ok()?,
+            &Status::from_read(status.as_bytes()).ok()?,
+        )
+    }
+
+    fn of(schedstat: &Schedstat, status: &Status) -> Option<ThreadTimes> {
         Some(ThreadTimes {
-            run_ns,
-            runqueue_ns,
-            voluntary_switches,
+            run_ns: schedstat.sum_exec_runtime,
+            runqueue_ns: schedstat.run_delay,
+            voluntary_switches: status.voluntary_ctxt_switches?,
         })
     }
 
@@ -102,8 +100,15 @@ pub fn round(x: f64, digits: i32) -> f64 {
 mod tests {
     use super::*;
 
-    const STATUS: &str = "Name:\tpghot-wl/0\nState:\tR (running)\n\
-        voluntary_ctxt_switches:\t155\nnonvoluntary_ctxt_switches:\t110\n";
+    /// A worker thread's whole `status` (Linux 6.x), the switch counts given.
+    const STATUS: &str = "Name:\tpghot-wl/0\nUmask:\t0022\nState:\tR (running)\n\
+        Tgid:\t900\nNgid:\t0\nPid:\t901\nPPid:\t1\nTracerPid:\t0\nUid:\t0\t0\t0\t0\n\
+        Gid:\t0\t0\t0\t0\nFDSize:\t64\nGroups:\t0 \nNStgid:\t900\nNSpid:\t901\n\
+        NSpgid:\t900\nNSsid:\t1\nThreads:\t5\nSigQ:\t0/63360\nSigPnd:\t0000000000000000\n\
+        ShdPnd:\t0000000000000000\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n\
+        SigCgt:\t0000000000000000\nCapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n\
+        CapEff:\t000001ffffffffff\nvoluntary_ctxt_switches:\t155\n\
+        nonvoluntary_ctxt_switches:\t110\n";
 
     #[test]
     fn parses_the_kernel_formats() {

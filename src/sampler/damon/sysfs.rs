@@ -220,8 +220,8 @@ impl StateFile {
 /// True if `pid` is a live pghotd (this one included: its kdamonds are in use).
 fn pghotd_alive(pid: u32) -> bool {
     pid == std::process::id()
-        || std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|comm| comm.trim() == "pghotd")
+        || crate::scope::proc::read_comm(Path::new(&format!("/proc/{pid}/comm")))
+            .is_some_and(|comm| comm.trim() == "pghotd")
 }
 
 /// Turns off the kdamonds that crashed pghotd runs left behind (see the module doc).

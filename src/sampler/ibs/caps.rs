@@ -127,21 +127,23 @@ impl CpuModel {
     /// The boot CPU's model from `/proc/cpuinfo`; [`CpuModel::UNKNOWN`] if it cannot be read
     /// (pghotd then applies no errata, which only loses precision on early Zen3/Zen4).
     pub fn host() -> CpuModel {
-        std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|text| CpuModel::from_cpuinfo(&text))
-            .unwrap_or(CpuModel::UNKNOWN)
+        crate::safefs::read_proc(
+            std::path::Path::new("/proc/cpuinfo"),
+            crate::safefs::limit::CPUINFO,
+        )
+        .ok()
+        .and_then(|info| CpuModel::of(&info))
+        .unwrap_or(CpuModel::UNKNOWN)
     }
 
     /// Reads `cpu family` and `model` of the first processor block.
     pub fn from_cpuinfo(text: &str) -> Option<CpuModel> {
-        let first = text.split("\n\n").next()?;
-        let value = |key: &str| {
-            first.lines().find_map(|line| {
-                let (k, v) = line.split_once(':')?;
-                (k.trim() == key).then(|| v.trim().parse::<u32>().ok())?
-            })
-        };
+        CpuModel::of(&procfs::FromRead::from_read(text.as_bytes()).ok()?)
+    }
+
+    /// `cpu family` and `model` of the first CPU the `procfs` crate parsed.
+    fn of(info: &procfs::CpuInfo) -> Option<CpuModel> {
+        let value = |key: &str| info.get_field(0, key)?.parse::<u32>().ok();
         Some(CpuModel {
             family: value("cpu family")?,
             model: value("model")?,

@@ -213,16 +213,18 @@ const CAP_PERFMON: u32 = 38;
 /// neither CAP_PERFMON nor CAP_SYS_ADMIN in the effective set (perf_event_open(2)). The opens
 /// still run, so a kernel that decides otherwise wins; their errors repeat the reason.
 pub fn privilege_warning() -> Option<String> {
+    // One integer in a sysctl file; the procfs crate has no reader for this one.
     let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()?
         .trim()
         .parse()
         .ok()?;
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    let status: procfs::process::Status = crate::safefs::read_proc(
+        std::path::Path::new("/proc/self/status"),
+        crate::safefs::limit::STATUS,
+    )
+    .ok()?;
+    let cap_eff = status.capeff;
     let has = |cap: u32| cap_eff >> cap & 1 == 1;
     (paranoid > 0 && !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN)).then(|| {
         format!(
