@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use pghotd::admission::{Admission, AdmissionConfig};
 use pghotd::hotness::candidate::candidate_queue;
-use pghotd::hotness::{Access, Entry, HotPolicy, HotTable, PageKey, Recorded};
+use pghotd::hotness::{Access, Entry, HotTable, HotnessConfig, PageKey, Recorded};
 use pghotd::ingest::{Ingest, Scope};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
@@ -386,7 +386,7 @@ impl Row {
 
 fn table_row(spec: &Spec, tracked_max: usize, threads: usize, samples: usize) -> Row {
     let mut row = Row::new(spec, tracked_max, threads, samples);
-    let table = HotTable::new(tracked_max, HotPolicy::default());
+    let table = HotTable::new(tracked_max, HotnessConfig::default());
     for page in 0..spec.pages {
         table.record(&Access {
             key: key(page),
@@ -437,9 +437,9 @@ fn recorder_row(
     samples: usize,
 ) -> Row {
     let mut row = Row::new(spec, TRACKED, threads, samples);
-    let policy = HotPolicy {
+    let policy = HotnessConfig {
         freq_threshold,
-        ..HotPolicy::default()
+        ..HotnessConfig::default()
     };
     let table = Arc::new(HotTable::new(TRACKED, policy));
     let stats = Arc::new(Stats::new());
@@ -541,7 +541,7 @@ fn recorder_row(
 
 /// Bytes of a table of `tracked` pages.
 fn table_bytes(tracked: usize) -> usize {
-    HotTable::new(tracked, HotPolicy::default()).memory_bytes()
+    HotTable::new(tracked, HotnessConfig::default()).memory_bytes()
 }
 
 fn floor_row(spec: &Spec, threads: usize, samples: usize) -> Row {
@@ -667,7 +667,7 @@ fn mib(bytes: u64) -> f64 {
 /// VmRSS growth from creating a 1 Mi table and recording each of its pages once.
 fn resident_table_bytes() -> u64 {
     let before = proc_status_kb("VmRSS");
-    let table = HotTable::new(TRACKED, HotPolicy::default());
+    let table = HotTable::new(TRACKED, HotnessConfig::default());
     for page in 0..MI {
         table.record(&Access {
             key: key(page),
@@ -742,7 +742,7 @@ fn main() {
     );
     println!(
         "{:?}; sample clock +{STEP_NS} ns per sample per thread",
-        HotPolicy::default()
+        HotnessConfig::default()
     );
     println!(
         "recorder rows: node 2 candidate queue = bounded({QUEUE_LEN}) emptied by a drain \

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pghotd::hotness::candidate::candidate_queue;
-use pghotd::hotness::{HotPolicy, HotTable};
+use pghotd::hotness::{HotTable, HotnessConfig};
 use pghotd::ingest::{Ingest, Scope};
 use pghotd::sample::Sample;
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::hwplan::{ibs_decoding_plan, ibs_raw};
 use pghotd::sampler::ibs::CpuModel;
-use pghotd::sampler::pagefault::{PageFaultTunables, plan as pagefault_plan};
+use pghotd::sampler::pagefault::{PageFaultConfig, plan as pagefault_plan};
 use pghotd::sampler::perf::record::{SampleRecord, build};
 use pghotd::sampler::perf::ring::{Ring, RingWriter};
 use pghotd::sampler::perf::{CpuReader, PerfPlan};
@@ -201,7 +201,7 @@ fn table_row(plan: &PerfPlan, records: &[Vec<u8>], samples: usize) -> Row {
     let topology = Arc::new(Topology::read(SysfsRoot::new(TOPOLOGY)).expect("fixture topology"));
     let (ns, dropped) = best_of(
         || {
-            let table = Arc::new(HotTable::new(PAGES as usize, HotPolicy::default()));
+            let table = Arc::new(HotTable::new(PAGES as usize, HotnessConfig::default()));
             let stats = Arc::new(Stats::new());
             // No migrator: once the queue is full, candidates are counted as queue_full, as
             // they would be with a migrator that cannot keep up.
@@ -239,7 +239,7 @@ fn main() {
         .unwrap_or(DEFAULT_SAMPLES);
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let ibs = ibs_decoding_plan(CpuModel::UNKNOWN);
-    let pf = pagefault_plan(&PageFaultTunables::default());
+    let pf = pagefault_plan(&PageFaultConfig::default());
     let pool = 1 << 16;
     let ibs_all = records(pool, |page, t, _| ibs_record(&ibs, page, t, None));
     let ibs_mixed = records(pool, |page, t, rng| {

@@ -38,7 +38,7 @@ use pghotd::ingest::Ingest;
 use pghotd::migrator::ratelimit::{MonotonicClock, RateLimits};
 use pghotd::migrator::{MigratorConfig, MigratorEvent, MigratorHandle};
 use pghotd::movepages::SysMover;
-use pghotd::pipeline::{Pipeline, PipelineSettings};
+use pghotd::pipeline::{Pipeline, PipelineConfig};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::Source;
@@ -221,7 +221,7 @@ impl Daemon {
             },
             ..Config::default()
         };
-        let settings = PipelineSettings {
+        let settings = PipelineConfig {
             max_tracked_pages: tracked,
             policy: config.policy,
             target_nid: None,

@@ -27,7 +27,7 @@ use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::migrator::{MigratorEvent, MigratorHandle};
 use crate::movepages::SysMover;
-use crate::pipeline::{Pipeline, PipelineSettings};
+use crate::pipeline::{Pipeline, PipelineConfig};
 use crate::sampler::adaptive::{AdaptiveConfig, PeriodController};
 use crate::sampler::perf::adaptive_loop;
 use crate::sampler::perf::period::PeriodControl;
@@ -215,7 +215,7 @@ fn build_pipeline(
     scope: &Arc<Scope>,
     opts: &RunOptions,
 ) -> Result<Pipeline, DaemonError> {
-    let settings = PipelineSettings {
+    let settings = PipelineConfig {
         max_tracked_pages: config.max_tracked_pages,
         policy: config.policy,
         target_nid: config.target_nid,

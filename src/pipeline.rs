@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use crate::admission::Admission;
 use crate::hotness::candidate::{CandidateReceiver, candidate_queue};
-use crate::hotness::{HotPolicy, HotTable};
+use crate::hotness::{HotTable, HotnessConfig};
 use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{Clock, RateLimits};
 use crate::migrator::{Migrator, MigratorConfig};
@@ -23,10 +23,10 @@ use crate::topology::{NodeId, Topology};
 
 /// The settings the data path is built from.
 #[derive(Debug, Clone, Copy)]
-pub struct PipelineSettings {
+pub struct PipelineConfig {
     /// Pages the hotness table tracks at most.
     pub max_tracked_pages: usize,
-    pub policy: HotPolicy,
+    pub policy: HotnessConfig,
     /// Where promoted pages go; `None`: the top-tier node nearest the accessing CPU.
     pub target_nid: Option<NodeId>,
     pub migrator: MigratorConfig,
@@ -42,7 +42,7 @@ pub fn queue_capacity(migrate_batch: usize) -> usize {
 /// Collects what the per-sample path needs beyond the settings; [`PipelineBuilder::build`]
 /// makes the [`Pipeline`].
 pub struct PipelineBuilder {
-    settings: PipelineSettings,
+    settings: PipelineConfig,
     topology: Arc<Topology>,
     scope: Arc<Scope>,
     record: Option<TraceWriter<BufWriter<std::fs::File>>>,
@@ -108,7 +108,7 @@ impl PipelineBuilder {
 /// The built data path. Sources record into `ingest` (it makes one sink per source thread);
 /// each queue in [`Pipeline::take_queues`] feeds the migrator of its node.
 pub struct Pipeline {
-    pub settings: PipelineSettings,
+    pub settings: PipelineConfig,
     pub topology: Arc<Topology>,
     pub stats: Arc<Stats>,
     pub table: Arc<HotTable>,
@@ -119,7 +119,7 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn builder(
-        settings: PipelineSettings,
+        settings: PipelineConfig,
         topology: Arc<Topology>,
         scope: Arc<Scope>,
     ) -> PipelineBuilder {
@@ -178,9 +178,9 @@ mod tests {
     #[test]
     fn one_queue_per_lower_tier_node_sized_by_the_batch() {
         // The fixture: nodes 0 and 1 DRAM with CPUs, node 2 CPU-less in a lower tier.
-        let settings = PipelineSettings {
+        let settings = PipelineConfig {
             max_tracked_pages: 4096,
-            policy: HotPolicy::default(),
+            policy: HotnessConfig::default(),
             target_nid: None,
             migrator: MigratorConfig::default(),
         };

@@ -331,7 +331,7 @@ mod tests {
     use super::super::thp::fake::FakeThp;
     use super::super::{AdmissionConfig, LocalAdmission};
     use super::*;
-    use crate::hotness::{HotPolicy, Recorded};
+    use crate::hotness::{HotnessConfig, Recorded};
     use crate::sample::{AccessOp, SourceKind};
 
     const PID: u32 = 10;
@@ -380,7 +380,7 @@ mod tests {
     fn rig(adm: Arc<Admission>, kernel: FakeThp) -> Rig {
         Rig {
             gate: AdmissionGate::new(adm, kernel, false),
-            table: HotTable::new(4096, HotPolicy::default()),
+            table: HotTable::new(4096, HotnessConfig::default()),
             stats: Stats::new(),
         }
     }

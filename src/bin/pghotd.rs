@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use pghotd::config::{Config, TunableArgs};
+use pghotd::config::{Config, SettingArgs};
 use pghotd::daemon::{self, DaemonError, RunOptions};
 
 /// Promotes the pages processes touch most while they sit on a slow memory tier.
@@ -37,7 +37,7 @@ struct Cli {
     #[arg(long, value_name = "KIND", hide = true)]
     generate: Option<pghotd::generate::Generated>,
     #[command(flatten)]
-    tunables: TunableArgs,
+    tunables: SettingArgs,
 }
 
 const EXIT_RUNTIME: u8 = 1;

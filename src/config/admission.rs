@@ -34,7 +34,7 @@ impl AdmissionConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, TunableArgs};
+    use crate::config::{Config, SettingArgs};
     use std::path::Path;
 
     fn from_file(text: &str) -> Result<Config, crate::config::ConfigError> {
@@ -79,7 +79,7 @@ mod tests {
     #[test]
     fn flags_override_and_full_duplex_nodes_must_be_lower_tier() {
         let mut c = from_file("[admission]\nsplit_coverage_pct = 70\n").unwrap();
-        let args = TunableArgs::parse_from([
+        let args = SettingArgs::parse_from([
             "--split-thp",
             "--split-coverage-pct",
             "90",

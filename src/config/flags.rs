@@ -1,5 +1,5 @@
 //! The settings as command-line flags, built with clap's builder API from the table and
-//! flattened into the daemon's derived `Cli` (`#[command(flatten)] tunables: TunableArgs`), so
+//! flattened into the daemon's derived `Cli` (`#[command(flatten)] tunables: SettingArgs`), so
 //! `--help`, the man page and the completions list them like any other flag.
 
 use std::path::PathBuf;
@@ -14,24 +14,24 @@ use super::{Config, ConfigError, Origin};
 
 /// The setting flags that were given (a flag wins over the file).
 #[derive(Debug, Default, Clone)]
-pub struct TunableArgs {
+pub struct SettingArgs {
     given: Vec<Given>,
 }
 
-impl TunableArgs {
+impl SettingArgs {
     /// Parses setting flags alone, e.g. `["--migrate-batch", "64"]` (tests, tools).
-    pub fn parse_from<I, T>(flags: I) -> Result<TunableArgs, clap::Error>
+    pub fn parse_from<I, T>(flags: I) -> Result<SettingArgs, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
         use clap::{Args, FromArgMatches};
-        let cmd = TunableArgs::augment_args(Command::new("pghotd").no_binary_name(true));
-        TunableArgs::from_arg_matches(&cmd.try_get_matches_from(flags)?)
+        let cmd = SettingArgs::augment_args(Command::new("pghotd").no_binary_name(true));
+        SettingArgs::from_arg_matches(&cmd.try_get_matches_from(flags)?)
     }
 }
 
-impl TunableArgs {
+impl SettingArgs {
     /// Whether the flag of the setting `key` was given.
     pub fn gives(&self, key: &str) -> bool {
         self.given.iter().any(|g| g.setting.key == key)
@@ -40,7 +40,7 @@ impl TunableArgs {
 
 impl Config {
     /// Applies the flags that were given.
-    pub fn apply_args(&mut self, args: &TunableArgs) -> Result<(), ConfigError> {
+    pub fn apply_args(&mut self, args: &SettingArgs) -> Result<(), ConfigError> {
         self.apply(&args.given)
     }
 }
@@ -100,7 +100,7 @@ fn given(s: &'static Setting, m: &ArgMatches) -> Option<Written> {
     }
 }
 
-impl clap::Args for TunableArgs {
+impl clap::Args for SettingArgs {
     fn augment_args(cmd: Command) -> Command {
         SETTINGS.iter().fold(cmd, |cmd, s| cmd.arg(arg(s)))
     }
@@ -110,9 +110,9 @@ impl clap::Args for TunableArgs {
     }
 }
 
-impl clap::FromArgMatches for TunableArgs {
+impl clap::FromArgMatches for SettingArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut args = TunableArgs::default();
+        let mut args = SettingArgs::default();
         args.update_from_arg_matches(m)?;
         Ok(args)
     }

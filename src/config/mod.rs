@@ -5,7 +5,7 @@
 //! flags ([`flags`]), `config get`/`set` ([`Config::values`], [`Config::with_setting`],
 //! [`Config::set_runtime`]), `--check-config`, the README's tables and pghotd.toml(5)
 //! ([`docs`]) all read it. Values are validated into the settings structs their stages own
-//! (`MigratorConfig`, `HotPolicy`, `AdmissionConfig`, the samplers' tunables); those stages
+//! (`MigratorConfig`, `HotnessConfig`, `AdmissionConfig`, the samplers' tunables); those stages
 //! never see this module. Keys mirror the pghot kernel's `vm.pghot_*` tunables; a flag wins
 //! over the file.
 //!
@@ -27,20 +27,20 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 use crate::admission::AdmissionConfig;
-use crate::hotness::HotPolicy;
+use crate::hotness::HotnessConfig;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
 use crate::sampler::damon::DamonConfig;
-use crate::sampler::ibs::IbsTunables;
-use crate::sampler::pagefault::PageFaultTunables;
-use crate::sampler::pebs::PebsTunables;
-use crate::sampler::perf::PerfSettings;
+use crate::sampler::ibs::IbsConfig;
+use crate::sampler::pagefault::PageFaultConfig;
+use crate::sampler::pebs::PebsConfig;
+use crate::sampler::perf::PerfConfig;
 use crate::sampler::softdirty::SoftDirtyConfig;
 use crate::topology::NodeId;
 
 pub use apply::Given;
 pub use defs::SETTINGS;
-pub use flags::TunableArgs;
+pub use flags::SettingArgs;
 pub use setting::{Kind, Setting, Written};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/pghotd/pghotd.toml";
@@ -100,18 +100,18 @@ impl std::fmt::Display for Origin {
 pub struct Config {
     pub sources: Vec<SourceSpec>,
     pub target_nid: Option<NodeId>,
-    pub policy: HotPolicy,
+    pub policy: HotnessConfig,
     pub migrator: MigratorConfig,
     pub max_tracked_pages: usize,
     pub pids: Vec<u32>,
     pub sysfs_root: PathBuf,
-    pub perf: PerfSettings,
-    pub pagefault: PageFaultTunables,
-    pub ibs: IbsTunables,
+    pub perf: PerfConfig,
+    pub pagefault: PageFaultConfig,
+    pub ibs: IbsConfig,
     /// `ibs.period = "auto"`: the adaptive controller sets the period live.
     pub ibs_period_auto: bool,
     pub ibs_cpu_budget_pct: u8,
-    pub pebs: PebsTunables,
+    pub pebs: PebsConfig,
     pub damon: DamonConfig,
     pub softdirty: SoftDirtyConfig,
     /// Where state that must outlive a crash goes (not a key: tests change it).
@@ -136,17 +136,17 @@ impl Default for Config {
         Config {
             sources: vec![SourceSpec::Auto],
             target_nid: None,
-            policy: HotPolicy::default(),
+            policy: HotnessConfig::default(),
             migrator: MigratorConfig::default(),
             max_tracked_pages: 1 << 20,
             pids: Vec::new(),
             sysfs_root: PathBuf::from("/sys"),
-            perf: PerfSettings::default(),
-            pagefault: PageFaultTunables::default(),
-            ibs: IbsTunables::default(),
+            perf: PerfConfig::default(),
+            pagefault: PageFaultConfig::default(),
+            ibs: IbsConfig::default(),
             ibs_period_auto: false,
             ibs_cpu_budget_pct: 5,
-            pebs: PebsTunables::default(),
+            pebs: PebsConfig::default(),
             damon: DamonConfig::default(),
             softdirty: SoftDirtyConfig::default(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
@@ -182,7 +182,7 @@ impl Config {
 
     /// Loads `path` (an explicit `--config` must exist; the default path may be absent), then
     /// applies the flags.
-    pub fn load(path: Option<&Path>, args: &TunableArgs) -> Result<Config, ConfigError> {
+    pub fn load(path: Option<&Path>, args: &SettingArgs) -> Result<Config, ConfigError> {
         let mut config = Config::default();
         let (path, explicit) = match path {
             Some(p) => (p.to_path_buf(), true),

@@ -112,7 +112,7 @@ fn ibs_period_is_a_number_or_auto() {
         err.contains("ibs.period = 16 is out of range; allowed 144..="),
         "{err}"
     );
-    let args = TunableArgs::parse_from(["--ibs-period", "auto"]).unwrap();
+    let args = SettingArgs::parse_from(["--ibs-period", "auto"]).unwrap();
     let mut c = Config::default();
     c.apply_args(&args).unwrap();
     assert!(c.ibs_period_auto);
@@ -145,10 +145,10 @@ fn perf_tables_are_read_and_checked() {
 #[test]
 fn flags_override_the_file_and_are_validated() {
     let mut c = from_file("freq_threshold = 5\n").unwrap();
-    let args = TunableArgs::parse_from(["--freq-threshold", "3"]).unwrap();
+    let args = SettingArgs::parse_from(["--freq-threshold", "3"]).unwrap();
     c.apply_args(&args).unwrap();
     assert_eq!(c.policy.freq_threshold, 3);
-    let args = TunableArgs::parse_from(["--promote-window-ms=0"]).unwrap();
+    let args = SettingArgs::parse_from(["--promote-window-ms=0"]).unwrap();
     let err = c.apply_args(&args).unwrap_err().to_string();
     assert_eq!(
         err,
@@ -188,7 +188,7 @@ fn software_source_keys_are_applied_and_checked() {
     );
     // A flag that breaks the file's setting is named.
     let mut c = from_file("damon_min_regions = 100\n").unwrap();
-    let args = TunableArgs::parse_from(["--damon-max-regions", "50"]).unwrap();
+    let args = SettingArgs::parse_from(["--damon-max-regions", "50"]).unwrap();
     let err = c.apply_args(&args).unwrap_err().to_string();
     assert_eq!(
         err,
@@ -243,7 +243,7 @@ fn config_set_validates_like_the_file() {
 fn an_explicit_missing_config_is_an_error_the_default_is_not() {
     let err = Config::load(
         Some(Path::new("/nonexistent/p.toml")),
-        &TunableArgs::default(),
+        &SettingArgs::default(),
     )
     .unwrap_err()
     .to_string();
@@ -478,12 +478,12 @@ fn every_flag_sets_its_key() {
     ];
     for (flags, key, shown) in cases {
         let mut c = Config::default();
-        c.apply_args(&TunableArgs::parse_from(flags.iter().copied()).unwrap())
+        c.apply_args(&SettingArgs::parse_from(flags.iter().copied()).unwrap())
             .unwrap();
         let value = c.values().into_iter().find(|(k, _)| k == key).unwrap().1;
         assert_eq!(value.to_string(), *shown, "{flags:?}");
     }
-    let err = TunableArgs::parse_from(["--migrate-batch", "many"]).unwrap_err();
+    let err = SettingArgs::parse_from(["--migrate-batch", "many"]).unwrap_err();
     assert!(err.to_string().contains("'many'"), "{err}");
 }
 

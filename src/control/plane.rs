@@ -10,7 +10,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::migrate::{self, MigrateOptions};
-use crate::config::{Config, TunableArgs};
+use crate::config::{Config, SettingArgs};
 use crate::hotness::HotTable;
 use crate::ingest::Ingest;
 use crate::migrator::MigratorEvent;
@@ -31,7 +31,7 @@ use pghot_protocol::{
 #[derive(Debug, Clone, Default)]
 pub struct ReloadFrom {
     pub config_path: Option<PathBuf>,
-    pub args: TunableArgs,
+    pub args: SettingArgs,
 }
 
 /// Everything the control plane reads or steers, built by the daemon.

@@ -36,15 +36,15 @@ use crate::topology::NodeId;
 
 /// The table's policy knobs; all can change at runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HotPolicy {
+pub struct HotnessConfig {
     pub freq_threshold: u16,
     pub promote_window_ms: u32,
     pub heat_halflife_ms: u32,
 }
 
-impl Default for HotPolicy {
+impl Default for HotnessConfig {
     fn default() -> Self {
-        HotPolicy {
+        HotnessConfig {
             freq_threshold: 2,
             promote_window_ms: 5000,
             heat_halflife_ms: 1000,
@@ -89,7 +89,7 @@ fn to_ms(time_ns: u64) -> u32 {
 }
 
 impl HotTable {
-    pub fn new(max_tracked_pages: usize, policy: HotPolicy) -> HotTable {
+    pub fn new(max_tracked_pages: usize, policy: HotnessConfig) -> HotTable {
         // Enough shards that two sampler threads rarely meet, few enough that each still holds
         // a useful number of pages (eviction works per shard).
         let shard_count = (max_tracked_pages / 1024).clamp(1, 256).next_power_of_two();
@@ -111,7 +111,7 @@ impl HotTable {
         table
     }
 
-    pub fn set_policy(&self, policy: HotPolicy) {
+    pub fn set_policy(&self, policy: HotnessConfig) {
         self.freq_threshold
             .store(u32::from(policy.freq_threshold.max(1)), Ordering::Relaxed);
         self.promote_window_ms
@@ -120,8 +120,8 @@ impl HotTable {
             .store(policy.heat_halflife_ms.max(1), Ordering::Relaxed);
     }
 
-    pub fn policy(&self) -> HotPolicy {
-        HotPolicy {
+    pub fn policy(&self) -> HotnessConfig {
+        HotnessConfig {
             freq_threshold: self.freq_threshold.load(Ordering::Relaxed) as u16,
             promote_window_ms: self.promote_window_ms.load(Ordering::Relaxed),
             heat_halflife_ms: self.heat_halflife_ms.load(Ordering::Relaxed),
@@ -357,8 +357,8 @@ mod tests {
         }
     }
 
-    fn policy(threshold: u16, window: u32) -> HotPolicy {
-        HotPolicy {
+    fn policy(threshold: u16, window: u32) -> HotnessConfig {
+        HotnessConfig {
             freq_threshold: threshold,
             promote_window_ms: window,
             heat_halflife_ms: 1000,

@@ -526,7 +526,7 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hotness::HotPolicy;
+    use crate::hotness::HotnessConfig;
     use crate::hotness::candidate::CandidateReceiver;
     use crate::movepages::fake::FakeMover;
     use crate::sample::AccessOp;
@@ -556,9 +556,9 @@ mod tests {
         queue: usize,
     ) -> (Ingest, Arc<Stats>, CandidateReceiver) {
         let stats = Arc::new(Stats::new());
-        let policy = HotPolicy {
+        let policy = HotnessConfig {
             freq_threshold: 2,
-            ..HotPolicy::default()
+            ..HotnessConfig::default()
         };
         let (tx, rx) = crate::hotness::candidate::candidate_queue(queue, 1);
         let lookup = FakeMover::default();

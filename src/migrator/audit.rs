@@ -68,7 +68,7 @@ impl Ord for HeatOrd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hotness::{Access, HotPolicy};
+    use crate::hotness::{Access, HotnessConfig};
     use crate::sample::AccessOp;
 
     /// A page sampled `times` times on lower-tier node 2, then believed on `node`.
@@ -87,7 +87,7 @@ mod tests {
 
     #[test]
     fn picks_the_hottest_pages_believed_fast_in_query_order() {
-        let table = HotTable::new(1 << 12, HotPolicy::default());
+        let table = HotTable::new(1 << 12, HotnessConfig::default());
         page(&table, 20, 1, 0, 5);
         page(&table, 10, 2, 1, 3);
         page(&table, 10, 3, 0, 1);

@@ -136,7 +136,7 @@ impl Demoter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hotness::{Access, HotPolicy, PAGE_SIZE};
+    use crate::hotness::{Access, HotnessConfig, PAGE_SIZE};
     use crate::sample::AccessOp;
     use crate::topology::{Node, SysfsRoot};
     use std::path::Path;
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn victims_are_the_coldest_of_ours_below_the_waiting_heat() {
-        let t = HotTable::new(4096, HotPolicy::default());
+        let t = HotTable::new(4096, HotnessConfig::default());
         promoted(&t, 1, 1, 0); // 1 sample long ago: decayed to ~0 by 10 s
         promoted(&t, 2, 4, 9_000); // warm
         promoted(&t, 3, 1, 9_900); // lukewarm, recent
@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn victims_are_rate_limited() {
-        let t = HotTable::new(4096, HotPolicy::default());
+        let t = HotTable::new(4096, HotnessConfig::default());
         for page in 0..10 {
             promoted(&t, page, 1, 0);
         }

@@ -10,8 +10,8 @@ use perf_event_open_sys::bindings as b;
 
 use super::SourceError;
 use super::hwsample::{HwSample, SampleFields};
-use super::ibs::{CpuModel, IbsCaps, IbsEventConfig, IbsInput, IbsTunables};
-use super::pebs::{PebsEventConfig, PebsRole, PebsTunables};
+use super::ibs::{CpuModel, IbsCaps, IbsConfig, IbsEventConfig, IbsInput};
+use super::pebs::{PebsConfig, PebsEventConfig, PebsRole};
 use super::perf::record::{SampleFormat, SampleRecord};
 use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
 use super::pmu::Pmu;
@@ -57,7 +57,7 @@ fn apply(hw: HwSample, out: &mut Sample) {
 
 /// The IBS op plan: one `ibs_op` event per CPU, with the RAW MSR dump so that load/store,
 /// L2-miss, latency and validity bits are read the same way on every kernel.
-pub fn ibs_plan(root: &SysfsRoot, t: &IbsTunables) -> Result<(PerfPlan, String), SourceError> {
+pub fn ibs_plan(root: &SysfsRoot, t: &IbsConfig) -> Result<(PerfPlan, String), SourceError> {
     let pmu = Pmu::open(root, "ibs_op")?;
     // The PMU exists, so the CPU has IBS; CPUID says which extensions (else the baseline).
     let caps = IbsCaps::host().unwrap_or(IbsCaps::DEFAULT);
@@ -130,7 +130,7 @@ impl SampleDecoder for IbsDecoder {
 
 /// The PEBS plan: mem-loads (with its aux leader where the core needs one) and mem-stores on
 /// each core PMU's CPUs, sharing one ring per CPU; IDENTIFIER tells their samples apart.
-pub fn pebs_plan(root: &SysfsRoot, t: &PebsTunables) -> Result<(PerfPlan, String), SourceError> {
+pub fn pebs_plan(root: &SysfsRoot, t: &PebsConfig) -> Result<(PerfPlan, String), SourceError> {
     let configs = PebsEventConfig::discover(root, t)?;
     let classes = configs.iter().map(pebs_class).collect();
     let describe = format!(
@@ -362,12 +362,12 @@ mod tests {
     fn a_machine_without_ibs_or_pebs_says_which_pmu_is_missing() {
         let dir = tempfile::tempdir().unwrap();
         let root = SysfsRoot::new(dir.path());
-        let err = ibs_plan(&root, &IbsTunables::default())
+        let err = ibs_plan(&root, &IbsConfig::default())
             .err()
             .unwrap()
             .to_string();
         assert!(err.contains("ibs_op"), "{err}");
-        let err = pebs_plan(&root, &PebsTunables::default())
+        let err = pebs_plan(&root, &PebsConfig::default())
             .err()
             .unwrap()
             .to_string();

@@ -1,6 +1,6 @@
 //! AMD IBS op sampling: event configuration, RAW payload decoding and sample classification.
 //!
-//! In: the `ibs_op` [`Pmu`](crate::sampler::pmu::Pmu) from sysfs plus [`IbsTunables`] (at
+//! In: the `ibs_op` [`Pmu`](crate::sampler::pmu::Pmu) from sysfs plus [`IbsConfig`] (at
 //! startup), and per sample the fields the record parser extracted ([`IbsInput`], optionally
 //! with the PERF_SAMPLE_RAW payload). Out: an [`IbsEventConfig`] for perf_event_open, and per
 //! sample an [`HwSample`](crate::sampler::hwsample::HwSample) or the
@@ -22,7 +22,7 @@ mod testraw;
 
 pub use caps::{CpuModel, IbsCaps};
 pub use classify::{IbsInput, classify};
-pub use config::{IbsConfigError, IbsEventConfig, IbsTunables, KernelFilter};
+pub use config::{IbsConfig, IbsEventConfig, IbsEventError, KernelFilter};
 pub use decode::decode_data_src;
 pub use regs::{DcPageSize, IbsDataSrc, IbsOpRaw, OpCtl, OpData, OpData2, OpData3, RawError};
 

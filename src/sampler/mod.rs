@@ -76,7 +76,7 @@ pub enum SourceError {
     #[error(transparent)]
     Pmu(Box<pmu::PmuError>),
     #[error("ibs: {0}")]
-    IbsConfig(Box<ibs::IbsConfigError>),
+    IbsEvent(Box<ibs::IbsEventError>),
     #[error(transparent)]
     Pebs(Box<pebs::PebsError>),
     #[error("no sample source is usable here:\n  {0}")]
@@ -118,9 +118,9 @@ impl From<pmu::PmuError> for SourceError {
     }
 }
 
-impl From<ibs::IbsConfigError> for SourceError {
-    fn from(e: ibs::IbsConfigError) -> Self {
-        SourceError::IbsConfig(Box::new(e))
+impl From<ibs::IbsEventError> for SourceError {
+    fn from(e: ibs::IbsEventError) -> Self {
+        SourceError::IbsEvent(Box::new(e))
     }
 }
 
@@ -164,12 +164,12 @@ pub struct OpenContext {
     pub pids: Vec<u32>,
     /// Prefix for `/sys` (tests point it at a fixture).
     pub sysfs_root: std::path::PathBuf,
-    pub perf: perf::PerfSettings,
-    pub pagefault: pagefault::PageFaultTunables,
-    pub ibs: ibs::IbsTunables,
+    pub perf: perf::PerfConfig,
+    pub pagefault: pagefault::PageFaultConfig,
+    pub ibs: ibs::IbsConfig,
     /// Set with `ibs.period = "auto"`: the IBS samplers follow it (see `perf::adaptive_loop`).
     pub ibs_period_control: Option<perf::period::PeriodControl>,
-    pub pebs: pebs::PebsTunables,
+    pub pebs: pebs::PebsConfig,
     /// Where state that must outlive a crash goes (DAMON's kdamond claim): `/run/pghotd`.
     pub run_dir: std::path::PathBuf,
     pub damon: damon::DamonConfig,

@@ -16,12 +16,12 @@ use crate::stats::Counter;
 
 /// Tunables of the page-fault source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageFaultTunables {
+pub struct PageFaultConfig {
     /// One sample every `period` faults per CPU.
     pub period: u64,
 }
 
-impl Default for PageFaultTunables {
+impl Default for PageFaultConfig {
     fn default() -> Self {
         // Faults are rare next to memory accesses (one per page at first touch): take them all.
         Self { period: 1 }
@@ -29,7 +29,7 @@ impl Default for PageFaultTunables {
 }
 
 /// The page-fault plan: one software event per CPU, user-mode faults only.
-pub fn plan(t: &PageFaultTunables) -> PerfPlan {
+pub fn plan(t: &PageFaultConfig) -> PerfPlan {
     let format = bindings::PERF_SAMPLE_TID
         | bindings::PERF_SAMPLE_TIME
         | bindings::PERF_SAMPLE_ADDR

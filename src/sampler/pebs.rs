@@ -2,7 +2,7 @@
 //! classification of the kernel-decoded samples.
 //!
 //! In: the core PMU(s) under `bus/event_source/devices/` (`cpu`, or `cpu_core` and `cpu_atom`
-//! on hybrid parts) and [`PebsTunables`]; per sample the record's [`SampleFields`]. Out: one
+//! on hybrid parts) and [`PebsConfig`]; per sample the record's [`SampleFields`]. Out: one
 //! [`PebsEventConfig`] per core PMU listing the events to open on each of its CPUs, and per
 //! sample an [`HwSample`] or a [`DropReason`]. Facts: ibs-perf.md §6.
 
@@ -13,7 +13,7 @@ use crate::topology::sysfs::parse_list;
 
 /// What the operator may tune about PEBS memory sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PebsTunables {
+pub struct PebsConfig {
     /// Qualifying loads (or stores) between samples. 2000 gives a rate near IBS's 10000 ops for
     /// memory-bound code, since only loads over `ldlat` count.
     pub period: u64,
@@ -24,9 +24,9 @@ pub struct PebsTunables {
     pub stores: bool,
 }
 
-impl Default for PebsTunables {
+impl Default for PebsConfig {
     fn default() -> Self {
-        PebsTunables {
+        PebsConfig {
             period: 2000,
             ldlat: 30,
             stores: true,
@@ -103,7 +103,7 @@ const PRECISE_IP: u8 = 2;
 
 impl PebsEventConfig {
     /// Builds the events for one core PMU.
-    pub fn build(pmu: &Pmu, t: &PebsTunables) -> Result<Self, PebsError> {
+    pub fn build(pmu: &Pmu, t: &PebsConfig) -> Result<Self, PebsError> {
         let pmu_name = pmu.name().to_string();
         if t.period == 0 {
             return Err(PebsError::ZeroPeriod { pmu: pmu_name });
@@ -134,7 +134,7 @@ impl PebsEventConfig {
 
     /// Finds the core PMU(s): `cpu`, or on hybrid parts `cpu_core` and `cpu_atom` (each with
     /// its own type and CPU list).
-    pub fn discover(root: &SysfsRoot, t: &PebsTunables) -> Result<Vec<Self>, PebsError> {
+    pub fn discover(root: &SysfsRoot, t: &PebsConfig) -> Result<Vec<Self>, PebsError> {
         let mut hybrid = Vec::new();
         for name in HYBRID_PMUS {
             match Pmu::open(root, name) {
@@ -215,7 +215,7 @@ mod tests {
     #[test]
     fn golden_cove_leads_with_mem_loads_aux() {
         let (_tmp, root) = root_with(&[("cpu", INTEL_CPU)]);
-        let configs = PebsEventConfig::discover(&root, &PebsTunables::default()).unwrap();
+        let configs = PebsEventConfig::discover(&root, &PebsConfig::default()).unwrap();
         assert_eq!(configs.len(), 1);
         let c = &configs[0];
         assert_eq!(
@@ -250,7 +250,7 @@ mod tests {
     fn older_cores_have_no_leader_and_stores_are_optional() {
         let (_tmp, root) = root_with(&[("cpu", PRE_GLC)]);
         let pmu = Pmu::open(&root, "cpu").unwrap();
-        let t = PebsTunables {
+        let t = PebsConfig {
             ldlat: 100,
             stores: false,
             period: 7,
@@ -263,7 +263,7 @@ mod tests {
             (0x01cd, 100)
         );
         assert_eq!(c.period, 7);
-        let t = PebsTunables::default();
+        let t = PebsConfig::default();
         let c = PebsEventConfig::build(&pmu, &t).unwrap();
         assert_eq!(c.events[1].words.config, 0x82d0);
     }
@@ -285,7 +285,7 @@ mod tests {
             ("events/mem-stores", "event=0xd0,umask=0x6"),
         ];
         let (_tmp, root) = root_with(&[("cpu_core", &core), ("cpu_atom", &atom)]);
-        let configs = PebsEventConfig::discover(&root, &PebsTunables::default()).unwrap();
+        let configs = PebsEventConfig::discover(&root, &PebsConfig::default()).unwrap();
         let names: Vec<_> = configs
             .iter()
             .map(|c| (c.pmu_name.as_str(), c.pmu_type))
@@ -298,7 +298,7 @@ mod tests {
     }
 
     fn discover_err(root: &SysfsRoot) -> String {
-        PebsEventConfig::discover(root, &PebsTunables::default())
+        PebsEventConfig::discover(root, &PebsConfig::default())
             .unwrap_err()
             .to_string()
     }
@@ -340,18 +340,18 @@ mod tests {
 
         let (_tmp, root) = root_with(&[("cpu", PRE_GLC)]);
         let pmu = Pmu::open(&root, "cpu").unwrap();
-        let t = PebsTunables {
+        let t = PebsConfig {
             ldlat: 70_000,
-            ..PebsTunables::default()
+            ..PebsConfig::default()
         };
         let msg = PebsEventConfig::build(&pmu, &t).unwrap_err().to_string();
         assert!(
             msg.contains("latency threshold") && msg.contains("16 bits"),
             "{msg}"
         );
-        let t = PebsTunables {
+        let t = PebsConfig {
             period: 0,
-            ..PebsTunables::default()
+            ..PebsConfig::default()
         };
         assert!(PebsEventConfig::build(&pmu, &t).is_err());
     }

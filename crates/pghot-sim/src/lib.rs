@@ -26,12 +26,12 @@ use parking_lot::Mutex;
 use baselines::{Damon, Numab2, Tick, unit};
 use memory::{FAST, Memory, PID, SLOW, SharedMemory, SimFree, SimMover, vaddr_of};
 use pghot_workload::rng::SplitMix64;
-use pghotd::hotness::HotPolicy;
+use pghotd::hotness::HotnessConfig;
 use pghotd::hotness::candidate::CandidateReceiver;
 use pghotd::ingest::Recorder;
 use pghotd::migrator::ratelimit::{Clock, RateLimits};
 use pghotd::migrator::{Migrator, MigratorConfig};
-use pghotd::pipeline::{Pipeline, PipelineSettings};
+use pghotd::pipeline::{Pipeline, PipelineConfig};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::adaptive::{AdaptiveConfig, IntervalSignals, PeriodController};
@@ -233,12 +233,12 @@ impl PghotdEngine {
             demote: policy.demote,
             ..MigratorConfig::default()
         };
-        let settings = PipelineSettings {
+        let settings = PipelineConfig {
             max_tracked_pages: pages.max(1024),
-            policy: HotPolicy {
+            policy: HotnessConfig {
                 freq_threshold: policy.freq_threshold,
                 promote_window_ms: policy.promote_window_ms,
-                ..HotPolicy::default()
+                ..HotnessConfig::default()
             },
             target_nid: Some(FAST),
             migrator: config,

@@ -10,7 +10,7 @@ mod thread;
 use super::ratelimit::fake::FakeClock;
 use super::*;
 use crate::hotness::candidate::candidate_queue;
-use crate::hotness::{Access, HotPolicy, PAGE_SIZE, PageKey, Recorded};
+use crate::hotness::{Access, HotnessConfig, PAGE_SIZE, PageKey, Recorded};
 use crate::movepages::fake::{FakeMover, Script};
 use crate::sample::{AccessOp, SourceKind};
 use crate::stats::Counter;
@@ -32,7 +32,7 @@ fn rig(config: MigratorConfig) -> Rig {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node");
     let topology = Arc::new(Topology::read(SysfsRoot::new(root)).unwrap());
     let stats = Arc::new(Stats::new());
-    let table = Arc::new(HotTable::new(4096, HotPolicy::default()));
+    let table = Arc::new(HotTable::new(4096, HotnessConfig::default()));
     let mover = FakeMover::default();
     let clock = FakeClock::default();
     let migrator = Migrator::new(

@@ -5,7 +5,7 @@ use crate::sampler::pmu::{ConfigWords, Pmu, PmuError};
 
 /// What the operator may tune about IBS op sampling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IbsTunables {
+pub struct IbsConfig {
     /// Ops (or cycles) between samples; rounded down to a multiple of 16.
     pub period: u64,
     /// Count dispatched ops (`cnt_ctl`) rather than cycles: the rate then follows instruction
@@ -19,11 +19,11 @@ pub struct IbsTunables {
     pub user_only: bool,
 }
 
-impl Default for IbsTunables {
+impl Default for IbsConfig {
     /// Period 10000 ops as in the seed's runs, counting ops, L3-miss-only where the CPU has
     /// it, no latency filter, user space only.
     fn default() -> Self {
-        IbsTunables {
+        IbsConfig {
             period: 10_000,
             count_ops: true,
             l3miss_only: None,
@@ -60,7 +60,7 @@ pub struct IbsEventConfig {
 
 /// Errors building the IBS configuration.
 #[derive(Debug, thiserror::Error)]
-pub enum IbsConfigError {
+pub enum IbsEventError {
     #[error("configuring {pmu}: {source}")]
     Pmu {
         pmu: String,
@@ -116,19 +116,19 @@ pub const MAX_PERIOD_OPCNTEXT: u64 = 0x7ff_fff0;
 pub const LDLAT_RANGE: std::ops::RangeInclusive<u32> = 128..=2048;
 
 impl IbsEventConfig {
-    pub fn build(pmu: &Pmu, caps: IbsCaps, t: &IbsTunables) -> Result<Self, IbsConfigError> {
+    pub fn build(pmu: &Pmu, caps: IbsCaps, t: &IbsConfig) -> Result<Self, IbsEventError> {
         let name = || pmu.name().to_string();
         let mut words = ConfigWords::default();
         let mut set = |field: &str, value: u64| {
             pmu.set(&mut words, field, value)
-                .map_err(|source| IbsConfigError::Pmu {
+                .map_err(|source| IbsEventError::Pmu {
                     pmu: name(),
                     source,
                 })
         };
         if t.count_ops {
             if !pmu.has_format("cnt_ctl") {
-                return Err(IbsConfigError::NoCntCtl { pmu: name() });
+                return Err(IbsEventError::NoCntCtl { pmu: name() });
             }
             set("cnt_ctl", 1)?;
         }
@@ -166,24 +166,24 @@ impl IbsEventConfig {
     }
 }
 
-fn l3miss_wanted(pmu: &Pmu, wanted: Option<bool>) -> Result<bool, IbsConfigError> {
+fn l3miss_wanted(pmu: &Pmu, wanted: Option<bool>) -> Result<bool, IbsEventError> {
     let available = pmu.has_format("l3missonly");
     match wanted {
         None => Ok(available),
-        Some(true) if !available => Err(IbsConfigError::NoL3MissOnly {
+        Some(true) if !available => Err(IbsEventError::NoL3MissOnly {
             pmu: pmu.name().to_string(),
         }),
         Some(on) => Ok(on),
     }
 }
 
-fn check_ldlat(pmu: &Pmu, ldlat: u32) -> Result<(), IbsConfigError> {
+fn check_ldlat(pmu: &Pmu, ldlat: u32) -> Result<(), IbsEventError> {
     let pmu_name = pmu.name().to_string();
     if !pmu.has_format("ldlat") {
-        return Err(IbsConfigError::NoLdlat { pmu: pmu_name });
+        return Err(IbsEventError::NoLdlat { pmu: pmu_name });
     }
     if !LDLAT_RANGE.contains(&ldlat) {
-        return Err(IbsConfigError::LdlatRange {
+        return Err(IbsEventError::LdlatRange {
             pmu: pmu_name,
             ldlat,
         });
@@ -193,10 +193,10 @@ fn check_ldlat(pmu: &Pmu, ldlat: u32) -> Result<(), IbsConfigError> {
 
 /// Hardware MaxCnt counts in 16s, so the low nibble is dropped (the kernel masks it silently
 /// at open); 0x90 is the op minimum; 0xFFFF0, or 0x7FFFFF0 with OPCNTEXT, the maximum (§1.4).
-fn valid_period(pmu: &Pmu, caps: IbsCaps, requested: u64) -> Result<u64, IbsConfigError> {
+fn valid_period(pmu: &Pmu, caps: IbsCaps, requested: u64) -> Result<u64, IbsEventError> {
     let rounded = requested & !0xf;
     if rounded < MIN_PERIOD {
-        return Err(IbsConfigError::PeriodTooSmall {
+        return Err(IbsEventError::PeriodTooSmall {
             pmu: pmu.name().to_string(),
             requested,
             rounded,
@@ -209,7 +209,7 @@ fn valid_period(pmu: &Pmu, caps: IbsCaps, requested: u64) -> Result<u64, IbsConf
         MAX_PERIOD
     };
     if rounded > max {
-        return Err(IbsConfigError::PeriodTooLarge {
+        return Err(IbsEventError::PeriodTooLarge {
             pmu: pmu.name().to_string(),
             requested,
             max,
@@ -234,7 +234,7 @@ mod tests {
         (tmp, pmu)
     }
 
-    fn err(pmu: &Pmu, caps: IbsCaps, t: IbsTunables) -> String {
+    fn err(pmu: &Pmu, caps: IbsCaps, t: IbsConfig) -> String {
         IbsEventConfig::build(pmu, caps, &t)
             .unwrap_err()
             .to_string()
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn defaults_on_a_current_kernel_use_every_published_format() {
         let (_tmp, pmu) = pmu(IBS_OP_FULL);
-        let c = IbsEventConfig::build(&pmu, CAPS_ZEN5, &IbsTunables::default()).unwrap();
+        let c = IbsEventConfig::build(&pmu, CAPS_ZEN5, &IbsConfig::default()).unwrap();
         assert_eq!(c.pmu_type, 11);
         assert_eq!(c.words.config, 1 << 19 | 1 << 16, "cnt_ctl and l3missonly");
         assert_eq!(
@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn an_old_kernel_gets_cnt_ctl_only_and_pghotd_filters_kernel_samples() {
         let (_tmp, pmu) = pmu(IBS_OP_OLD);
-        let c = IbsEventConfig::build(&pmu, CAPS_ZEN2, &IbsTunables::default()).unwrap();
+        let c = IbsEventConfig::build(&pmu, CAPS_ZEN2, &IbsConfig::default()).unwrap();
         assert_eq!(c.pmu_type, 9);
         assert_eq!(
             c.words,
@@ -276,7 +276,7 @@ mod tests {
     #[test]
     fn tunables_map_to_fields() {
         let (_tmp, pmu) = pmu(IBS_OP_FULL);
-        let t = IbsTunables {
+        let t = IbsConfig {
             period: 0x12345,
             count_ops: false,
             l3miss_only: Some(false),
@@ -294,9 +294,9 @@ mod tests {
     #[test]
     fn period_limits() {
         let (_tmp, pmu) = pmu(IBS_OP_FULL);
-        let with = |period| IbsTunables {
+        let with = |period| IbsConfig {
             period,
-            ..IbsTunables::default()
+            ..IbsConfig::default()
         };
         let ok = |caps, p| {
             IbsEventConfig::build(&pmu, caps, &with(p))
@@ -326,18 +326,18 @@ mod tests {
     #[test]
     fn missing_features_name_format_cpu_and_kernel() {
         let (_tmp, old) = pmu(IBS_OP_OLD);
-        let t = IbsTunables {
+        let t = IbsConfig {
             l3miss_only: Some(true),
-            ..IbsTunables::default()
+            ..IbsConfig::default()
         };
         let msg = err(&old, CAPS_ZEN2, t);
         assert!(
             msg.contains("format/l3missonly") && msg.contains("Zen4"),
             "{msg}"
         );
-        let t = IbsTunables {
+        let t = IbsConfig {
             ldlat: Some(256),
-            ..IbsTunables::default()
+            ..IbsConfig::default()
         };
         let msg = err(&old, CAPS_ZEN2, t);
         assert!(
@@ -348,9 +348,9 @@ mod tests {
 
         let (_tmp, full) = pmu(IBS_OP_FULL);
         for bad in [127, 2049, 0] {
-            let t = IbsTunables {
+            let t = IbsConfig {
                 ldlat: Some(bad),
-                ..IbsTunables::default()
+                ..IbsConfig::default()
             };
             let msg = err(&full, CAPS_ZEN5, t);
             assert!(
@@ -360,19 +360,19 @@ mod tests {
             assert!(msg.contains("Zen5") && msg.contains("Linux 6.15"), "{msg}");
         }
         for good in [128, 2048] {
-            let t = IbsTunables {
+            let t = IbsConfig {
                 ldlat: Some(good),
-                ..IbsTunables::default()
+                ..IbsConfig::default()
             };
             assert!(IbsEventConfig::build(&full, CAPS_ZEN5, &t).is_ok());
         }
 
         let (_tmp, bare) = pmu(&[("type", "9")]);
-        let msg = err(&bare, CAPS_ZEN2, IbsTunables::default());
+        let msg = err(&bare, CAPS_ZEN2, IbsConfig::default());
         assert!(msg.contains("counting ops needs format/cnt_ctl"), "{msg}");
-        let t = IbsTunables {
+        let t = IbsConfig {
             count_ops: false,
-            ..IbsTunables::default()
+            ..IbsConfig::default()
         };
         assert!(IbsEventConfig::build(&bare, CAPS_ZEN2, &t).is_ok());
     }

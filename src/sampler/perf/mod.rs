@@ -110,12 +110,12 @@ impl PerfPlan {
 
 /// Settings of the per-CPU machinery, whatever the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PerfSettings {
+pub struct PerfConfig {
     /// Data pages per CPU ring (a power of two).
     pub ring_pages: usize,
 }
 
-impl Default for PerfSettings {
+impl Default for PerfConfig {
     fn default() -> Self {
         // 64 pages = 256 KiB per CPU: at 72-byte samples, 3600 records, i.e. >300 ms of a
         // busy CPU at 10k samples/s, far more than the 100 ms drain interval.
@@ -140,7 +140,7 @@ pub enum PerfError {
 /// A perf-based source: one sampler thread per online CPU.
 pub struct PerfSource {
     plan: Arc<PerfPlan>,
-    settings: PerfSettings,
+    settings: PerfConfig,
     sysfs: SysfsRoot,
     /// Opened at startup, handed to their threads by `run`.
     opened: Vec<CpuEvents>,
@@ -154,7 +154,7 @@ impl PerfSource {
     /// CPU that cannot be opened while others can is logged and retried by the hotplug watch.
     pub fn open(
         plan: PerfPlan,
-        settings: PerfSettings,
+        settings: PerfConfig,
         sysfs: SysfsRoot,
         describe: String,
     ) -> Result<PerfSource, PerfError> {
@@ -564,7 +564,7 @@ mod tests {
     use super::ring::{Ring, RingWriter};
     use super::*;
     use crate::sampler::collect::Collector;
-    use crate::sampler::pagefault::{self, PageFaultTunables};
+    use crate::sampler::pagefault::{self, PageFaultConfig};
 
     const PAGE: usize = 4096;
 
@@ -616,8 +616,8 @@ mod tests {
 
     fn pagefault_source(sysfs: SysfsRoot) -> PerfSource {
         PerfSource::open(
-            pagefault::plan(&PageFaultTunables::default()),
-            PerfSettings { ring_pages: 256 },
+            pagefault::plan(&PageFaultConfig::default()),
+            PerfConfig { ring_pages: 256 },
             sysfs,
             "pagefault".into(),
         )
