@@ -1,12 +1,12 @@
 //! The counter registry: one set of monotonic atomics shared by every stage.
 //!
-//! Names are the seed's vmstat names (`pghot_recorded_accesses`, `hwhint_extmem_accesses`,
+//! Names are the pghot series' vmstat names (`pghot_recorded_accesses`, `hwhint_extmem_accesses`,
 //! `pgpromote_success`, ...) so a pghotd run reads like the pghot kernel's counters. Counters only
 //! ever grow; readers compute rates from two snapshots (a `Serialize` that reset them would let two
 //! readers steal each other's deltas).
 //!
 //! Hot-path writers do not touch these atomics per sample: each sampler thread keeps a
-//! [`LocalCounts`] and folds it in every few thousand samples (see `hotness::ingest`).
+//! [`LocalCounts`] and folds it in every few thousand samples (see `ingest`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -4,7 +4,9 @@
 //!
 //! The debugfs write returns success even when it split nothing (a pinned, locked or
 //! under-migration folio is skipped silently), so every split is verified by reading the
-//! region again. Facts: `../shared/reference/kernel-mm.md` §2.2-2.5.
+//! region again. Facts: `split_huge_pages_write()` and `split_huge_pages_pid()` in
+//! `mm/huge_memory.c` (input format, silent skips); `Documentation/admin-guide/mm/pagemap.rst`
+//! (pagemap entries, kpageflags bits); `Documentation/admin-guide/mm/transhuge.rst`.
 
 use std::fs::File;
 use std::io::{ErrorKind, Write};

@@ -9,7 +9,8 @@ pub const MPOL_MF_MOVE: libc::c_int = 1 << 1;
 /// move_pages(2). `nodes` `None` is query mode (flags 0). Returns the syscall's non-negative
 /// result: 0, or the number of pages not migrated.
 ///
-/// See `man 2 move_pages` and `../shared/reference/kernel-mm.md` section 1.
+/// See `man 2 move_pages` and `kernel_move_pages()`, `do_pages_move()` and `do_pages_stat()` in
+/// `mm/migrate.c`.
 pub fn move_pages(
     pid: u32,
     pages: &[u64],

@@ -1,9 +1,9 @@
 //! The adaptive sampling period (`ibs.period = "auto"`): a pure policy object, fed once per
 //! interval with what the daemon observed, that returns the next period.
 //!
-//! The seed's limit is coverage: at a fixed period a large, uniformly hot set is sampled too
-//! thinly to be found within a run (pointer-chase under-promotes by 27-69 % in 240 s), while a
-//! shorter period costs CPU all the time. So:
+//! The pghot series' limit is coverage: at a fixed period a large, uniformly hot set is sampled
+//! too thinly to be found within a run (in its pointer-chase table, IBS under-promotes by
+//! 27-69 % in 240 s), while a shorter period costs CPU all the time. So:
 //!
 //! - over the CPU budget (`cpu_budget_pct` of one core, daemon CPU including migration): raise
 //!   the period in proportion, at once;
@@ -69,7 +69,7 @@ pub struct AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
-    /// IBS with the seed's period (10000) as start, and 8x that when covered.
+    /// IBS with the pghot series' period (10000) as start, and 8x that when covered.
     pub fn ibs(cpu_budget_pct: f64) -> AdaptiveConfig {
         AdaptiveConfig {
             cpu_budget_pct,

@@ -2,8 +2,9 @@
 //!
 //! In: the u64 from a sample record (IBS or PEBS), or one built by the IBS RAW decoder.
 //! Out: typed fields, the [`AccessOp`], where the access was served from as a [`DataSource`],
-//! and whether it hit a core-private cache. Layout: ibs-perf.md §3.8 (uapi `perf_event.h`); the
-//! field values are kernel ABI, so they are named constants here.
+//! and whether it hit a core-private cache. Layout: `union perf_mem_data_src` and the
+//! `PERF_MEM_*` values in `include/uapi/linux/perf_event.h`; the field values are kernel ABI,
+//! so they are named constants here.
 
 use crate::sample::{AccessOp, DataSource};
 
@@ -69,7 +70,8 @@ pub mod lvlnum {
     pub const L2_MHB: u64 = 0x5;
     pub const MSC: u64 = 0x6;
     pub const UNC: u64 = 0x8;
-    /// Named EXTN_MEM in 6.1-rc1, PERF_MEM_LVLNUM_CXL since 6.1-rc3 (§3.8).
+    /// Named EXTN_MEM in 6.1-rc1, PERF_MEM_LVLNUM_CXL since 6.1-rc3 (commit "perf/mem: Rename
+    /// PERF_MEM_LVLNUM_EXTN_MEM to PERF_MEM_LVLNUM_CXL").
     pub const CXL: u64 = 0x9;
     pub const IO: u64 = 0xa;
     pub const ANY_CACHE: u64 = 0xb;
@@ -123,7 +125,7 @@ pub enum CoreCacheHit {
 pub struct PerfMemDataSrc(pub u64);
 
 /// What the core writes when the driver filled nothing, on kernels with `mem_lvl_num` NA
-/// (OP, LVL, SNOOP, LOCK, TLB and LVLNUM all NA, §3.8).
+/// (OP, LVL, SNOOP, LOCK, TLB and LVLNUM all NA: `PERF_MEM_NA` in `include/linux/perf_event.h`).
 pub const PERF_MEM_NA: PerfMemDataSrc = PerfMemDataSrc(0x1e_0508_0021);
 
 /// The same on older kernels, without LVLNUM NA.
@@ -251,7 +253,8 @@ impl PerfMemDataSrc {
     }
 
     /// Where the access was served from. Memory levels are what pghotd cares about: CXL
-    /// (`mem_lvl_num` 9, which the IBS driver reports with no `mem_lvl` bits, §3.9) and PMEM are
+    /// (`mem_lvl_num` 9, which the IBS driver reports with no `mem_lvl` bits,
+    /// `perf_ibs_get_mem_lvl()` in `arch/x86/events/amd/ibs.c`) and PMEM are
     /// the extension tier; RAM splits on the remote flag.
     pub fn to_data_source(self) -> DataSource {
         if self.lvl_miss_only() {
@@ -270,7 +273,7 @@ impl PerfMemDataSrc {
             // L4 and memory-side caches are still caches; L3 is the deepest DataSource has.
             lvlnum::L3 | lvlnum::L4 | lvlnum::MSC => DataSource::L3,
             // IBS pre-Zen4 "local node cache" is L3|REM_CCE1 + ANY_CACHE; other CCXs' caches
-            // carry REM_CCE* only (§3.9).
+            // carry REM_CCE* only (`g_data_src`/`g_zen4_data_src` in `arch/x86/events/amd/ibs.c`).
             lvlnum::ANY_CACHE if self.mem_lvl() & lvl::L3 != 0 => DataSource::L3,
             lvlnum::ANY_CACHE => DataSource::PeerCache,
             lvlnum::RAM if self.remote() => DataSource::RemoteDram,

@@ -19,7 +19,8 @@ use crate::sample::{Sample, SourceKind};
 use crate::stats::Counter;
 use crate::topology::SysfsRoot;
 
-/// What both hardware sources ask of every sample (reference ibs-perf.md §2.4).
+/// What both hardware sources ask of every sample: fixed-size fields only, so the record has
+/// one layout (`enum perf_event_sample_format` in `include/uapi/linux/perf_event.h`).
 const HW_FORMAT: u32 = b::PERF_SAMPLE_IP
     | b::PERF_SAMPLE_TID
     | b::PERF_SAMPLE_TIME
@@ -194,7 +195,8 @@ impl SampleDecoder for PebsDecoder {
     }
 }
 
-/// An IBS op RAW payload as the kernel lays it out (§2.3): the caps word, then IbsOpCtl,
+/// An IBS op RAW payload as the kernel lays it out (`perf_ibs_handle_irq()` in
+/// `arch/x86/events/amd/ibs.c`): the caps word, then IbsOpCtl,
 /// IbsOpRip, IbsOpData, IbsOpData2, IbsOpData3, IbsDcLinAd and IbsDcPhysAd. For tests and
 /// benches that fill a ring with IBS records.
 pub fn ibs_raw(caps: u32, msrs: [u64; 7]) -> Vec<u8> {

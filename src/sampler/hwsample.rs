@@ -2,8 +2,8 @@
 //!
 //! In: the kernel-decoded fields of a PERF_RECORD_SAMPLE ([`SampleFields`]). Out: a
 //! [`HwSample`] for an access that reached memory, or the one [`DropReason`] that rejected it.
-//! pghot only wants user-space loads and stores that went past the core's L1/L2 (ibs-perf.md
-//! §7.5): cache hits say nothing about where the page sits, so keeping them is not an option.
+//! pghot only wants user-space loads and stores that went past the core's L1/L2: cache hits
+//! say nothing about where the page sits, so keeping them is not an option.
 //! The pid-0 check is the sink's (it counts `pghot_drop_pid_zero`), not done here.
 
 use crate::sample::{AccessOp, DataSource};
@@ -29,7 +29,8 @@ pub struct HwSample {
 pub enum DropReason {
     /// Taken in kernel (or hypervisor) mode: cpumode or RIP bit 63.
     KernelMode,
-    /// Taken while a guest ran (cpumode guest kernel/user, §7.3).
+    /// Taken while a guest ran (cpumode `PERF_RECORD_MISC_GUEST_KERNEL`/`_GUEST_USER`,
+    /// `include/uapi/linux/perf_event.h`).
     GuestMode,
     /// Neither a load nor a store.
     NonLoadStore,
@@ -95,7 +96,8 @@ const CPUMODE_HYPERVISOR: u16 = 3;
 const CPUMODE_GUEST_KERNEL: u16 = 4;
 const CPUMODE_GUEST_USER: u16 = 5;
 
-/// Bit 63 marks the kernel half of the x86-64 address space (§7.5).
+/// Bit 63 marks the kernel half of the x86-64 address space
+/// (`Documentation/arch/x86/x86_64/mm.rst`).
 pub const KERNEL_HALF: u64 = 1 << 63;
 
 /// Drops samples not taken in host user mode. Unknown cpumodes fall through to the RIP check.
@@ -130,7 +132,7 @@ pub enum LfbMeans {
     /// Intel: an L1-level hit on a line already in flight; dropped as an L1 hit.
     L1Hit,
     /// AMD IBS: a miss past L2 that joined an outstanding one (MAB hit); the source is unknown
-    /// but the access did leave the core (§3.9 "MAB").
+    /// but the access did leave the core (the "MAB" case of `perf_ibs_get_mem_lvl()`).
     MissInFlight,
 }
 
@@ -166,7 +168,8 @@ pub fn classify_decoded(f: &SampleFields, lfb: LfbMeans) -> Result<HwSample, Dro
     })
 }
 
-/// The latency word of PERF_SAMPLE_WEIGHT(_STRUCT): its low 32 bits (`var1_dw`, §2.1);
+/// The latency word of PERF_SAMPLE_WEIGHT(_STRUCT): its low 32 bits (`var1_dw` of
+/// `union perf_sample_weight`, which IBS fills in `perf_ibs_parse_ld_st_data()`);
 /// 0 means the kernel reported none.
 fn weight_latency(weight: u64) -> Option<u32> {
     u32::try_from(weight & u64::from(u32::MAX))

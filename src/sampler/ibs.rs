@@ -7,10 +7,16 @@
 //! [`DropReason`](crate::sampler::hwsample::DropReason) to count. Everything here is pure: no
 //! syscalls, no hardware, so it is tested with fixtures and hand-built payloads.
 //!
-//! Facts come from `ibs-perf.md` (§ numbers in comments): the RAW layout (§2.3), the MSR bit
-//! fields (§3.3–3.6), DataSrc encodings (§3.7) and the kernel's DATA_SRC decode with its errata
-//! (§3.9, §7.1). Register layouts are hardware ABI and live in named accessors; config bits the
-//! kernel publishes in `format/` are always taken from sysfs.
+//! Sources, named in the comments of the submodules: the register layouts and DataSrc values
+//! of `arch/x86/include/asm/amd-ibs.h` (`union ibs_op_ctl`, `ibs_op_data`, `ibs_op_data2`,
+//! `ibs_op_data3`, `IBS_DATA_SRC_*`) and the `IBS_CAPS_*` bits of
+//! `arch/x86/include/asm/perf_event.h`, which follow AMD's Processor Programming Reference for
+//! Family 19h and the AMD64 Architecture Programmer's Manual Vol. 2, "Instruction-Based
+//! Sampling"; the RAW payload that `perf_ibs_handle_irq()` in `arch/x86/events/amd/ibs.c`
+//! writes; and that file's DATA_SRC decode with its errata (`perf_ibs_parse_ld_st_data()`,
+//! `perf_ibs_get_mem_lvl()`, `perf_ibs_get_op_data2()`, `perf_ibs_cache_hit_st_valid()`).
+//! Register layouts are hardware ABI and live in named accessors; config bits the kernel
+//! publishes in `format/` are always taken from sysfs.
 
 mod caps;
 mod classify;

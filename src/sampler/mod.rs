@@ -1,10 +1,10 @@
 //! Sample sources: where access samples come from.
 //!
-//! Every source (trace replay, DAMON and soft-dirty now; IBS and PEBS later) turns what it reads into
-//! [`Sample`]s and hands them to a [`SampleSink`] on its own thread. A source never looks at the
-//! hotness table or the migrators: it only produces samples and counts what it could not parse.
-//! The sink (see `hotness::ingest`) does the filtering, classification and recording inline, so
-//! there is no channel on the per-sample path.
+//! Every source (IBS, PEBS, page faults, DAMON, soft-dirty, trace replay; `auto` picks the best
+//! this machine has) turns what it reads into [`Sample`]s and hands them to a [`SampleSink`] on
+//! its own thread. A source never looks at the hotness table or the migrators: it only produces
+//! samples and counts what it could not parse. The sink (see `ingest`) does the filtering,
+//! classification and recording inline, so there is no channel on the per-sample path.
 
 pub mod adaptive;
 mod auto;

@@ -4,7 +4,9 @@
 //! In: the core PMU(s) under `bus/event_source/devices/` (`cpu`, or `cpu_core` and `cpu_atom`
 //! on hybrid parts) and [`PebsConfig`]; per sample the record's [`SampleFields`]. Out: one
 //! [`PebsEventConfig`] per core PMU listing the events to open on each of its CPUs, and per
-//! sample an [`HwSample`] or a [`DropReason`]. Facts: ibs-perf.md §6.
+//! sample an [`HwSample`] or a [`DropReason`]. Facts: the `mem-loads`, `mem-stores` and
+//! `mem-loads-aux` event aliases and `intel_pmu_hw_config()` in `arch/x86/events/intel/core.c`;
+//! `precise_ip` in `man 2 perf_event_open`.
 
 use crate::sampler::hwsample::{DropReason, HwSample, LfbMeans, SampleFields, classify_decoded};
 use crate::sampler::pmu::{ConfigWords, Pmu, PmuError};
@@ -38,7 +40,8 @@ impl Default for PebsConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PebsRole {
     /// `mem-loads-aux`: opened first, as the leader of the loads' group, not sampling.
-    /// Golden Cove and later refuse DATA_SRC on mem-loads without it (ENODATA, §6).
+    /// Golden Cove and later refuse DATA_SRC on mem-loads without it (ENODATA,
+    /// `intel_pmu_hw_config()`).
     Leader,
     /// `mem-loads`: joins the preceding Leader's group when there is one.
     Loads,
@@ -68,7 +71,7 @@ pub struct PebsEventConfig {
     /// In open order.
     pub events: Vec<PebsEvent>,
     pub period: u64,
-    /// PEBS needs precise_ip >= 1; 2 asks for zero skid (§6).
+    /// PEBS needs precise_ip >= 1; 2 asks for zero skid (`man 2 perf_event_open`).
     pub precise_ip: u8,
 }
 
@@ -97,7 +100,7 @@ pub enum PebsError {
 const MEM_LOADS: &str = "mem-loads";
 const MEM_STORES: &str = "mem-stores";
 const MEM_LOADS_AUX: &str = "mem-loads-aux";
-/// Hybrid core PMUs, big cores first (§6).
+/// Hybrid core PMUs, big cores first (as `arch/x86/events/intel/core.c` names them).
 const HYBRID_PMUS: [&str; 2] = ["cpu_core", "cpu_atom"];
 const PRECISE_IP: u8 = 2;
 

@@ -5,7 +5,8 @@
 //! `cpu_core`, ...). Out: a [`Pmu`] holding the dynamic type id, every `format/*` field,
 //! `caps/*` value and `events/*` alias, which places values into [`ConfigWords`].
 //!
-//! sysfs layout (ibs-perf.md §1.1, §6): `type` is a decimal id; each `format/<field>` file reads
+//! sysfs layout (`Documentation/ABI/testing/sysfs-bus-event_source-devices-format` and
+//! `-events`): `type` is a decimal id; each `format/<field>` file reads
 //! `configN:bit`, `configN:lo-hi` or a list of those (`config:0-7,32-35`); value bits fill the
 //! listed bits low to high, as the perf tool does. `events/<alias>` reads comma-separated terms
 //! `field=value` (hex with `0x` or decimal) or a bare `field` meaning 1.
@@ -156,7 +157,8 @@ pub enum PmuError {
     },
 }
 
-/// Why a PMU directory may be absent (ibs-perf.md §0, §6, §7.3).
+/// Why a PMU directory may be absent (for IBS: the checks and warnings of `amd_ibs_init()`,
+/// `ibs_eilvt_valid()` and `setup_APIC_ibs()` in `arch/x86/events/amd/ibs.c`).
 fn absent_hint(name: &str) -> &'static str {
     match name {
         "ibs_op" | "ibs_fetch" => {

@@ -1,6 +1,6 @@
 //! What the software sources (DAMON, soft-dirty) share: the managed pids and their exits, the
 //! accessing CPU, and a stop-aware wait. Their samples carry no node: the sink finds it (the
-//! table's last known node, else batched, cached move_pages queries; see `hotness::resolve`),
+//! table's last known node, else batched, cached move_pages queries; see `ingest::resolve`),
 //! and each source ends a scan with [`SampleSink::end_batch`] so nothing waits for the next.
 //!
 //! DAMON watches explicit pids; soft-dirty watches explicit pids or, when the scope follows

@@ -14,7 +14,8 @@
 //! `softdirty_budget_stretches`); writes in between are not lost, they only show later.
 //! `softdirty_pages_scanned`, `softdirty_dirty_pages` and `softdirty_scan_ns` report the cost.
 //!
-//! Needs CONFIG_MEM_SOFT_DIRTY (x86_64, s390, ppc64; see kernel-mm.md section 5), checked at
+//! Needs CONFIG_MEM_SOFT_DIRTY (the architectures that select HAVE_ARCH_SOFT_DIRTY: x86_64,
+//! s390, ppc64; `Documentation/admin-guide/mm/soft-dirty.rst`), checked at
 //! open by writing a page of our own and reading its bit.
 
 use std::fs::File;

@@ -10,7 +10,7 @@
 //!
 //! Threads: the [`ScopeTracker`] runs on `pghot-scope`, re-reading `/proc` and the cgroups
 //! every `scope_refresh_ms` and publishing the result into the shared [`Scope`]: a bitmap of
-//! pids (one relaxed load per sample in `hotness::ingest`) and each member's [`Identity`]
+//! pids (one relaxed load per sample in `ingest`) and each member's [`Identity`]
 //! (start time). The first refresh runs before any source starts.
 //!
 //! Before every move, [`guard::GuardedMover`] opens a pidfd on the pid, compares the

@@ -45,7 +45,8 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --pghotd-args STR   extra pghotd arguments (word-split in the guest)
   --workload-args STR extra pghot-workload arguments (word-split in the guest)
   --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
-  --freq-threshold N  pghotd --freq-threshold for the pghotd-* scenarios (default 1, the seed's)
+  --freq-threshold N  pghotd --freq-threshold for the pghotd-* scenarios (default 1, as in the
+                      pghot series)
   --rate-limit-mbps N one promotion rate limit for both promoters, per destination node as in
                       the kernel: numab2's kernel.numa_balancing_promote_rate_limit_MBps and
                       pghotd's --promote-rate-limit-MBps (default: each its own default)
@@ -82,7 +83,7 @@ pghotd_bin=
 pghotd_args=
 workload_args=
 sample_period=100
-# The seed's benchmarks all run pghot with freq_threshold=1 ("promote on 1st access, like
+# The pghot series' benchmarks all run pghot with freq_threshold=1 ("promote on 1st access, like
 # NUMAB2"); pghotd's own default is 2.
 freq_threshold=1
 rate_limit_mbps=

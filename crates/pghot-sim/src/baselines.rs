@@ -1,12 +1,12 @@
-//! Models of the promoters the seed compares against. They are not pghotd code: each is the
-//! smallest model that keeps the mechanism the seed's findings hinge on.
+//! Models of the promoters the pghot series compares against. They are not pghotd code: each is
+//! the smallest model that keeps the mechanism the series' findings hinge on.
 //!
 //! - NUMAB2: the NUMA-balancing scanner unmaps `scan_size` (256 MiB) of the address space per
 //!   second; a page that then faults within the hot threshold (1 s) is promoted. Exact for a
 //!   hot set whose pages are touched more often than once a second; costs one hint fault per
 //!   scanned page that is touched at all, paid by the application.
 //! - DAMON (`migrate_hot`, paddr, quota 128 MiB/s, hottest first): the buffer is split into
-//!   contiguous regions (the seed saw 21-71 settle); every 100 ms aggregation each region's
+//!   contiguous regions (the pghot series saw 21-71 settle); every 100 ms aggregation each region's
 //!   `nr_accesses` is 20 checks of one random page's accessed bit (5 ms sampling); regions with
 //!   any access are promoted whole, hottest region first, within the quota.
 

@@ -1,10 +1,10 @@
-//! `pghot-sim`, the policy lab: the seed's workload shapes with ground truth, on a simulated
+//! `pghot-sim`, the policy lab: the pghot series' workload shapes with ground truth, on a simulated
 //! two-tier memory, driving pghotd's real per-sample path (`Ingest`/`Recorder`, `HotTable`), its
 //! real migrator (`Migrator` with a [`memory::SimMover`]) and its period controller, in
 //! simulated time.
 //!
 //! Time advances in 10 ms ticks. Each tick the workload's access rate follows from the mean
-//! latency of where its pages are (fast 110 ns, slow 320 ns: the seed's no-tiering 320 ns), the
+//! latency of where its pages are (fast 110 ns, slow 320 ns: the series' no-tiering 320 ns), the
 //! IBS-like sampler takes `tag_efficiency * rate / period` samples (scaled), each an access
 //! drawn from the workload's distribution, and hands them to the recorder; every 100 ms the
 //! migrator processes its queue; every second the controller (period `auto`) sets the period.
@@ -149,7 +149,7 @@ pub struct Report {
     pub coverage_pct: f64,
     /// Non-hot pages on the fast tier, % of the hot set, at the end.
     pub over_promotion_pct: f64,
-    /// The seed's "over": (fast-tier pages - hot set) / hot set, may be negative.
+    /// The pghot series' "over": (fast-tier pages - hot set) / hot set, may be negative.
     pub placement_over_pct: f64,
     pub fast_gb: f64,
     pub promoted_mb: f64,
@@ -160,7 +160,7 @@ pub struct Report {
     pub cpu_pct: Option<f64>,
     /// Highest CPU of any report window.
     pub cpu_peak_pct: Option<f64>,
-    /// Mean access latency over the last 25 % of the run (the seed's "lat").
+    /// Mean access latency over the last 25 % of the run (the pghot series' "lat").
     pub latency_ns: f64,
     pub samples: u64,
     pub period_final: Option<u64>,
@@ -599,7 +599,7 @@ fn cpu_of(engine: &Engine, mem: &SharedMemory, scale: f64, costs: &CostModel) ->
 mod tests {
     use super::*;
 
-    /// Small enough for debug builds: 1/1024 of the seed's sizes.
+    /// Small enough for debug builds: 1/1024 of the pghot series' sizes.
     fn params(shape: Shape, policy: Policy, duration_s: f64) -> SimParams {
         SimParams {
             label: String::new(),

@@ -1,10 +1,10 @@
-//! pghot-sim: the policy lab. Runs the seed's workload shapes against pghotd's real hotness
+//! pghot-sim: the policy lab. Runs the pghot series' workload shapes against pghotd's real hotness
 //! table and migrator on a simulated two-tier memory, and reports coverage of the hot set,
 //! over-promotion, promoted bytes, time to 90/99 % and the daemon's CPU.
 //!
 //! ```text
 //! pghot-sim --workload pointer-chase --period auto --json
-//! pghot-sim --compare pointer-chase      # the seed's comparison table
+//! pghot-sim --compare pointer-chase      # the pghot series' comparison table
 //! ```
 
 use std::process::ExitCode;
@@ -70,7 +70,7 @@ struct Args {
     #[arg(long)]
     timeline: bool,
     /// Run the comparison set for this workload: baseline, NUMAB2, DAMON, pghot at periods
-    /// 10000 and 5008 (threshold 1, like the seed), and pghotd's policies.
+    /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies.
     #[arg(long, value_enum)]
     compare: Option<Shape>,
 }

@@ -48,7 +48,7 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// Every page starts on the slow tier (the seed's runs migrate the buffer there first).
+    /// Every page starts on the slow tier (the pghot series' runs migrate the buffer there first).
     pub fn new(pages: usize, fast_capacity_pages: u64) -> Memory {
         Memory {
             node: vec![SLOW; pages],
@@ -138,8 +138,8 @@ impl Memory {
         self.hot_on_fast as f64 * 100.0 / self.hot_count as f64
     }
 
-    /// Pages on the fast tier that are not hot, in percent of the hot set (the seed's "over",
-    /// counting only what should not be there).
+    /// Pages on the fast tier that are not hot, in percent of the hot set (the pghot series'
+    /// "over", counting only what should not be there).
     pub fn over_promotion_pct(&self) -> f64 {
         let cold_on_fast = self.fast_used - self.hot_on_fast;
         cold_on_fast as f64 * 100.0 / self.hot_count.max(1) as f64

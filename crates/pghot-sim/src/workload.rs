@@ -1,19 +1,19 @@
-//! The seed's workload shapes as access distributions with ground truth, scaled down by a
+//! The pghot series' workload shapes as access distributions with ground truth, scaled down by a
 //! factor (pages and sample rates both divide by it, so per-page dynamics stay those of the
 //! full-size run).
 //!
-//! Sizes and thread counts are the seed's. Two numbers per shape are assumptions, stated here:
+//! Sizes and thread counts are the series'. Two numbers per shape are assumptions, stated here:
 //! `hot_share` (what share of accesses goes to the hot set: 0.999 for the pointer chase, so
 //! that a cold page is touched about once a minute and the NUMAB2 model places the hot set
-//! nearly exactly, as the seed's N2 row did) and `tag_efficiency` (tagged samples
-//! per access per period). The pointer-chase efficiency, 0.25, is calibrated on the seed's H10
+//! nearly exactly, as the series' N2 row did) and `tag_efficiency` (tagged samples
+//! per access per period). The pointer-chase efficiency, 0.25, is calibrated on the series' H10
 //! row (1.40 M events in 240 s at period 10000 with ~280 ns mean latency); the Zipf one on its
 //! C3 row (575 k promotions at period 10000).
 
 use pghot_workload::rng::SplitMix64;
 use pghot_workload::zipf::Zipf;
 
-/// The workload shapes of the seed.
+/// The workload shapes of the pghot series' benchmark tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Shape {
@@ -82,7 +82,7 @@ impl Shape {
             threads: 64.0,
             compute_ns: 0.0,
             tag_efficiency: 0.25,
-            // The seed's node 0: ~252 GiB of DRAM, far more than any footprint here.
+            // The pghot series' node 0: ~252 GiB of DRAM, far more than any footprint here.
             fast_gib: 252.0,
             shift_every_s: 0.0,
         };

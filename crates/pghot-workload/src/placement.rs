@@ -1,7 +1,7 @@
 //! Where the buffer's pages are: the initial placement on one node, and the census of which
 //! tier holds them, taken with move_pages(2) in query mode.
 //!
-//! Placement follows the recipe of `../shared/reference/kernel-mm.md` section 6: mmap, THP
+//! Placement follows `man 2 mbind` and `man 2 move_pages`: mmap, THP
 //! advice, mbind(MPOL_BIND) to the node before the first touch, write every page (a read would
 //! map the shared zero page, which has no node), verify, then mbind(MPOL_DEFAULT) so the pages
 //! are free to move.
@@ -18,7 +18,8 @@ use pghotd::topology::{NodeId, Topology};
 const HUGE_ALIGN: usize = 2 << 20;
 
 /// Pages per move_pages call: big enough to amortize the call, small enough to keep the
-/// arrays in cache (kernel-mm.md 1.6).
+/// arrays in cache (`kernel_move_pages()` in `mm/migrate.c` has a fixed cost per call; query
+/// mode walks the array in chunks of DO_PAGES_STAT_CHUNK_NR).
 pub const QUERY_BATCH: usize = 1024;
 
 /// Maps `size` bytes and faults every page in on `node`, leaving the default policy on the

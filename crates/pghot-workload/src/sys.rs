@@ -1,7 +1,7 @@
 //! The workload's syscall boundary: the only `unsafe` of [`crate::workload`].
 //!
 //! Each wrapper returns `io::Result` with errno read right after the call. Numbers and flags
-//! are in `../shared/reference/kernel-mm.md` sections 1 and 6.
+//! are from `man 2 mmap`, `man 2 madvise`, `man 2 mbind` and `include/uapi/linux/mempolicy.h`.
 
 use std::io;
 use std::sync::atomic::AtomicU64;

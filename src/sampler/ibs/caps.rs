@@ -1,4 +1,5 @@
-//! IBS capability bits (CPUID 8000_001B EAX, §3.2) and the CPU model the errata depend on.
+//! IBS capability bits (CPUID 8000_001B EAX; `IBS_CAPS_*` in
+//! `arch/x86/include/asm/perf_event.h`) and the CPU model the errata depend on.
 
 use super::flags;
 
@@ -75,7 +76,7 @@ impl IbsCaps {
 const EXT_MAX_LEAF: u32 = 0x8000_0000;
 const EXT_FEATURES_LEAF: u32 = 0x8000_0001;
 const IBS_LEAF: u32 = 0x8000_001b;
-/// CPUID 8000_0001 ECX bit 10: IBS (§1.1).
+/// CPUID 8000_0001 ECX bit 10: IBS (`X86_FEATURE_IBS` in `arch/x86/include/asm/cpufeatures.h`).
 const ECX_IBS: u32 = 1 << 10;
 
 /// One CPUID leaf's EAX and ECX.
@@ -151,12 +152,14 @@ impl CpuModel {
     }
 
     /// Erratum #1293 (Fam19h model <= 0xF): OpData2, L2Miss and OpDcMissOpenMemReqs are invalid
-    /// when SwPf or DcMissNoMabAlloc is set (§7.1).
+    /// when SwPf or DcMissNoMabAlloc is set (`perf_ibs_get_op_data2()` and
+    /// `perf_ibs_get_mem_lvl()` in `arch/x86/events/amd/ibs.c`).
     pub const fn erratum_1293(self) -> bool {
         self.family == 0x19 && self.model <= 0xf
     }
 
-    /// CacheHitSt is invalid on Fam19h models <= 0xF and 0x20..=0x5F (§3.9 step 4, §7.1).
+    /// CacheHitSt is invalid on Fam19h models <= 0xF and 0x20..=0x5F
+    /// (`perf_ibs_cache_hit_st_valid()` in `arch/x86/events/amd/ibs.c`).
     pub const fn cache_hit_st_valid(self) -> bool {
         !(self.family == 0x19 && (self.model <= 0xf || (self.model >= 0x20 && self.model <= 0x5f)))
     }

@@ -22,7 +22,8 @@ pub struct IbsInput<'a> {
 }
 
 /// Classifies one sample. RAW is preferred when present: it carries load/store, L2 miss,
-/// latency and validity bits on every kernel, while DATA_SRC/ADDR/WEIGHT need v6.1 (§2.1).
+/// latency and validity bits on every kernel, while DATA_SRC/ADDR/WEIGHT need v6.1
+/// (`perf_ibs_parse_ld_st_data()` in `arch/x86/events/amd/ibs.c`).
 pub fn classify(input: &IbsInput) -> Result<HwSample, DropReason> {
     match input.raw {
         Some(bytes) => {
@@ -30,7 +31,7 @@ pub fn classify(input: &IbsInput) -> Result<HwSample, DropReason> {
             let raw = IbsOpRaw::parse(bytes).map_err(|_| DropReason::InvalidSample)?;
             classify_raw(&raw, input.sample.phys_addr, input.cpu)
         }
-        // Without RAW an IBS LFB is the "MAB" case: a miss past L2 (§3.9).
+        // Without RAW an IBS LFB is the "MAB" case: a miss past L2 (`perf_ibs_get_mem_lvl()`).
         None => classify_decoded(&input.sample, LfbMeans::MissInFlight),
     }
 }
@@ -49,7 +50,7 @@ fn classify_raw(raw: &IbsOpRaw, phys_addr: u64, cpu: CpuModel) -> Result<HwSampl
         (false, false) => return Err(DropReason::NonLoadStore),
     };
     // The kernel's own decode decides L1/L2 hits, so RAW and DATA_SRC agree (uncached
-    // accesses and erratum #1293 included, §3.9).
+    // accesses and erratum #1293 included, `perf_ibs_get_mem_lvl()`).
     check_cache_hit(decode_data_src(raw, cpu), LfbMeans::MissInFlight)?;
     if !d3.dc_lin_addr_valid() {
         return Err(DropReason::InvalidAddr);
@@ -64,7 +65,8 @@ fn classify_raw(raw: &IbsOpRaw, phys_addr: u64, cpu: CpuModel) -> Result<HwSampl
     })
 }
 
-/// IbsDcPhysAd when valid and not zeroed for an unprivileged opener (§1.7), else the kernel's
+/// IbsDcPhysAd when valid and not zeroed for an unprivileged opener (v6.14+,
+/// `perf_ibs_phyaddr_clear()`), else the kernel's
 /// PHYS_ADDR (which may come from a page-table walk).
 fn raw_paddr(raw: &IbsOpRaw, phys_addr: u64) -> Option<u64> {
     if raw.op_data3.dc_phy_addr_valid() && raw.dc_phys_ad != 0 {
@@ -74,7 +76,7 @@ fn raw_paddr(raw: &IbsOpRaw, phys_addr: u64) -> Option<u64> {
     }
 }
 
-/// DataSrc is valid only for loads, and not for uncached ones (§3.5, §3.6).
+/// DataSrc is valid only for loads, and not for uncached ones (`perf_ibs_get_mem_lvl()`).
 fn served_from(raw: &IbsOpRaw, op: AccessOp, cpu: CpuModel) -> DataSource {
     if op == AccessOp::Store || raw.op_data3.dc_uc_mem_acc() {
         return DataSource::Unknown;
@@ -308,7 +310,8 @@ mod tests {
         }
     }
 
-    /// What a >= v6.1 kernel would have put in the record for this RAW payload (§3.9, §2.1).
+    /// What a >= v6.1 kernel would have put in the record for this RAW payload
+    /// (`perf_ibs_parse_ld_st_data()`).
     fn as_kernel_decoded(b: &RawBuilder, cpu: CpuModel) -> SampleFields {
         let raw = b.parse();
         let d3 = raw.op_data3;

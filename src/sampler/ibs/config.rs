@@ -1,4 +1,6 @@
-//! Building the ibs_op perf_event_attr values from sysfs formats and tunables (§1.2–1.6).
+//! Building the ibs_op perf_event_attr values from sysfs formats and tunables (the `format/`
+//! attributes and `perf_ibs_init()` of `arch/x86/events/amd/ibs.c`;
+//! `tools/perf/Documentation/perf-amd-ibs.txt`).
 
 use super::caps::IbsCaps;
 use crate::sampler::pmu::{ConfigWords, Pmu, PmuError};
@@ -20,7 +22,7 @@ pub struct IbsConfig {
 }
 
 impl Default for IbsConfig {
-    /// Period 10000 ops as in the seed's runs, counting ops, L3-miss-only where the CPU has
+    /// Period 10000 ops as in the pghot series' runs, counting ops, L3-miss-only where the CPU has
     /// it, no latency filter, user space only.
     fn default() -> Self {
         IbsConfig {
@@ -39,7 +41,8 @@ pub enum KernelFilter {
     /// `swfilt` is set and the event is opened with `exclude_kernel = 1` (v6.14+): the NMI
     /// handler discards them (the NMI is still paid).
     Kernel,
-    /// The event must be opened with `exclude_kernel = 0` (IBS rejects it otherwise, §1.6);
+    /// The event must be opened with `exclude_kernel = 0` (IBS rejects it otherwise,
+    /// `perf_ibs_init()`);
     /// [`classify`](super::classify) drops kernel samples.
     Pghotd,
 }
@@ -109,7 +112,7 @@ pub enum IbsEventError {
     },
 }
 
-/// Op period limits (§1.4).
+/// Op period limits (the op PMU's `min_period` and `max_period` in `arch/x86/events/amd/ibs.c`).
 pub const MIN_PERIOD: u64 = 0x90;
 pub const MAX_PERIOD: u64 = 0xf_fff0;
 pub const MAX_PERIOD_OPCNTEXT: u64 = 0x7ff_fff0;
@@ -139,7 +142,7 @@ impl IbsEventConfig {
             check_ldlat(pmu, ldlat)?;
             set("ldlat", u64::from(ldlat))?;
         }
-        // swfilt (v6.14) is what makes exclude_kernel legal for IBS (§1.6).
+        // swfilt (v6.14) is what makes exclude_kernel legal for IBS (`perf_ibs_init()`).
         let kernel_filter = if t.user_only && pmu.has_format("swfilt") {
             set("swfilt", 1)?;
             KernelFilter::Kernel
@@ -192,7 +195,8 @@ fn check_ldlat(pmu: &Pmu, ldlat: u32) -> Result<(), IbsEventError> {
 }
 
 /// Hardware MaxCnt counts in 16s, so the low nibble is dropped (the kernel masks it silently
-/// at open); 0x90 is the op minimum; 0xFFFF0, or 0x7FFFFF0 with OPCNTEXT, the maximum (§1.4).
+/// at open); 0x90 is the op minimum; 0xFFFF0, or 0x7FFFFF0 with OPCNTEXT, the maximum
+/// (`perf_ibs_init()` and `perf_ibs_start()` in `arch/x86/events/amd/ibs.c`).
 fn valid_period(pmu: &Pmu, caps: IbsCaps, requested: u64) -> Result<u64, IbsEventError> {
     let rounded = requested & !0xf;
     if rounded < MIN_PERIOD {

@@ -1,12 +1,13 @@
-//! The IBS driver's DATA_SRC decode (§3.9), done from RAW so pghotd gets the same answer on
-//! kernels that decode nothing (< v6.1) and can apply it to the RAW bits it keeps.
+//! The IBS driver's DATA_SRC decode (`perf_ibs_get_data_src()` in `arch/x86/events/amd/ibs.c`),
+//! done from RAW so pghotd gets the same answer on kernels that decode nothing (< v6.1) and can
+//! apply it to the RAW bits it keeps.
 
 use super::caps::CpuModel;
 use super::regs::{IbsDataSrc, IbsOpRaw, OpData2, OpData3};
 use crate::sampler::datasrc::{PERF_MEM_NA, PerfMemDataSrc, lock, lvl, lvlnum, op, snoop, tlb};
 
 /// OpData2 as the kernel uses it: zeroed on Fam19h model <= 0xF when SwPf or DcMissNoMabAlloc
-/// (§3.9 step 2, erratum #1293).
+/// (erratum #1293, `perf_ibs_get_op_data2()`).
 pub(super) fn effective_op_data2(raw: &IbsOpRaw, cpu: CpuModel) -> OpData2 {
     let d3 = raw.op_data3;
     if cpu.erratum_1293() && (d3.sw_pf() || d3.dc_miss_no_mab_alloc()) {

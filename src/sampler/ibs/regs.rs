@@ -1,11 +1,12 @@
-//! The IBS op MSRs as the kernel copies them into PERF_SAMPLE_RAW (§2.3), with typed views of
-//! the registers (§3.3–3.6) and the DataSrc encodings (§3.7).
+//! The IBS op MSRs as the kernel copies them into PERF_SAMPLE_RAW (`perf_ibs_handle_irq()` in
+//! `arch/x86/events/amd/ibs.c`), with typed views of the registers (the unions of
+//! `arch/x86/include/asm/amd-ibs.h`) and the DataSrc encodings (its `IBS_DATA_SRC_*` values).
 
 use super::caps::IbsCaps;
 use super::{fields, flags};
 use crate::sample::DataSource;
 
-/// IbsOpCtl, MSR C001_1033 (§3.3).
+/// IbsOpCtl, MSR C001_1033 (`union ibs_op_ctl`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpCtl(pub u64);
 
@@ -39,7 +40,8 @@ impl OpCtl {
         self.max_cnt_hi() << 16 | self.max_cnt_lo()
     }
 
-    /// The programmed period in ops or cycles: MaxCnt counts in units of 16 (§1.4).
+    /// The programmed period in ops or cycles: MaxCnt counts in units of 16 (the driver
+    /// writes `period >> 4`, `perf_ibs_start()`).
     pub const fn period(self) -> u64 {
         (self.max_cnt() as u64) << 4
     }
@@ -54,7 +56,7 @@ impl OpCtl {
     }
 }
 
-/// IbsOpData, MSR C001_1035 (§3.4).
+/// IbsOpData, MSR C001_1035 (`union ibs_op_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpData(pub u64);
 
@@ -82,7 +84,8 @@ flags!(OpData {
     op_microcode = 40;
 });
 
-/// IbsOpData2, MSR C001_1036: valid only for loads (§3.5).
+/// IbsOpData2, MSR C001_1036 (`union ibs_op_data2`): valid only for loads (as
+/// `perf_ibs_get_mem_lvl()` says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpData2(pub u64);
 
@@ -105,7 +108,7 @@ flags!(OpData2 {
 });
 
 impl OpData2 {
-    /// The DataSrc number: 5 bits with caps ZEN4, else 3 (§3.5).
+    /// The DataSrc number: 5 bits with caps ZEN4, else 3 (`perf_ibs_data_src()`).
     pub const fn data_src_value(self, caps: IbsCaps) -> u8 {
         if caps.zen4() {
             self.data_src_hi() << 3 | self.data_src_lo()
@@ -119,7 +122,7 @@ impl OpData2 {
     }
 }
 
-/// IbsOpData3, MSR C001_1037 (§3.6).
+/// IbsOpData3, MSR C001_1037 (`union ibs_op_data3`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpData3(pub u64);
 
@@ -186,7 +189,8 @@ pub enum DcPageSize {
 }
 
 impl OpData3 {
-    /// The page size on CPUs with caps bit 19, valid only when DcPhyAddrValid (§3.6).
+    /// The page size on CPUs with caps bit 19 (`IBS_CAPS_OPDTLBPGSIZE`, Zen5), valid only
+    /// when DcPhyAddrValid.
     pub const fn page_size(self, caps: IbsCaps) -> Option<DcPageSize> {
         if !caps.op_dtlb_pgsize() || !self.dc_phy_addr_valid() {
             return None;
@@ -208,7 +212,8 @@ impl OpData3 {
     }
 }
 
-/// IbsOpData2 DataSrc, decoded for the CPU generation (§3.7).
+/// IbsOpData2 DataSrc, decoded for the CPU generation (`IBS_DATA_SRC_*` and
+/// `IBS_DATA_SRC_EXT_*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IbsDataSrc {
     /// 0: no valid status.
@@ -275,7 +280,8 @@ impl IbsDataSrc {
         }
     }
 
-    /// Sources for which CacheHitSt means something: 1, 2, 5 on Zen4+, 2 before (§3.7).
+    /// Sources for which CacheHitSt means something: 1, 2, 5 on Zen4+, 2 before
+    /// (`perf_ibs_get_mem_snoop()`).
     pub const fn is_cache(self) -> bool {
         matches!(
             self,
@@ -305,7 +311,7 @@ pub enum RawError {
     },
 }
 
-/// One decoded ibs_op RAW payload: caps, then the op MSRs (§2.3).
+/// One decoded ibs_op RAW payload: caps, then the op MSRs (`struct perf_ibs_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IbsOpRaw {
     pub caps: IbsCaps,
@@ -317,7 +323,8 @@ pub struct IbsOpRaw {
     pub op_data3: OpData3,
     /// IbsDcLinAd C001_1038.
     pub dc_lin_ad: u64,
-    /// IbsDcPhysAd C001_1039; zeroed by v6.14+ for unprivileged openers (§1.7).
+    /// IbsDcPhysAd C001_1039; zeroed by v6.14+ for unprivileged openers
+    /// (`perf_ibs_phyaddr_clear()`, called from `perf_ibs_handle_irq()`).
     pub dc_phys_ad: u64,
     /// IbsBrTarget C001_103B, present iff caps BRNTRGT.
     pub br_target: Option<u64>,
@@ -336,7 +343,8 @@ impl IbsOpRaw {
     }
 
     /// Decodes the payload starting at the caps u32 (what perf-event-data's `raw()` returns).
-    /// The length must match what `caps` announces exactly: RAW is not ABI (§2.3), so any
+    /// The length must match what `caps` announces exactly: RAW is not ABI (the
+    /// PERF_RECORD_SAMPLE comment in `include/uapi/linux/perf_event.h`), so any
     /// other size means a layout this code does not know.
     pub fn parse(raw: &[u8]) -> Result<IbsOpRaw, RawError> {
         let (caps, regs) = raw
@@ -366,7 +374,7 @@ impl IbsOpRaw {
             op_data3: OpData3(word(data3)),
             dc_lin_ad: word(lin),
             dc_phys_ad: word(phys),
-            // Order of the optionals is BrTarget then OpData4 (§2.3).
+            // Order of the optionals is BrTarget then OpData4 (`perf_ibs_handle_irq()`).
             br_target: caps.brn_trgt().then(|| optional.next()).flatten(),
             op_data4: caps.op_data4().then(|| optional.next()).flatten(),
         })

@@ -1,5 +1,6 @@
-//! Test-only: builds ibs_op RAW payloads bit by bit from the documented layouts (ibs-perf.md
-//! §2.3, §3.3–3.6), independently of the decoder's accessors.
+//! Test-only: builds ibs_op RAW payloads bit by bit from the documented layouts (the payload of
+//! `perf_ibs_handle_irq()` and the unions of `arch/x86/include/asm/amd-ibs.h`), independently of
+//! the decoder's accessors.
 
 use super::caps::CpuModel;
 use super::regs::IbsOpRaw;
@@ -33,7 +34,9 @@ pub enum Reg {
     Data4,
 }
 
-/// `(name, register, lowest bit, width)`, copied from the reference tables.
+/// `(name, register, lowest bit, width)`, copied from the register layouts of
+/// `arch/x86/include/asm/amd-ibs.h` (and AMD's Processor Programming Reference for the fields
+/// that header does not name).
 pub const LAYOUT: &[(&str, Reg, u32, u32)] = &[
     ("OpMaxCnt", Reg::Ctl, 0, 16),
     ("L3MissOnly", Reg::Ctl, 16, 1),
@@ -85,7 +88,7 @@ pub const LAYOUT: &[(&str, Reg, u32, u32)] = &[
     ("PageSize", Reg::Data3, 4, 2),
 ];
 
-/// caps bits (§3.2) the tests need by name.
+/// caps bits (`IBS_CAPS_*`) the tests need by name.
 pub const AVAIL: u32 = 1 << 0;
 pub const OPSAM: u32 = 1 << 2;
 pub const OPCNT: u32 = 1 << 4;

@@ -10,7 +10,8 @@
 //! Loss is counted, never hidden: PERF_RECORD_LOST and LOST_SAMPLES go to
 //! `pghot_source_lost_records` (and so into `hwhint_dropped_events`), throttling to
 //! `perf_throttle_events`/`perf_unthrottle_events` with a log line. CPUs that go offline lose
-//! their events in the kernel (reference ibs-perf.md §7.4), so the run loop watches
+//! their events in the kernel (`perf_event_exit_cpu_context()` in `kernel/events/core.c`; nothing
+//! re-adds them when the CPU returns), so the run loop watches
 //! `devices/system/cpu/online` and closes and reopens samplers as CPUs leave and return. A CPU
 //! whose fd errors in poll(2) loses its sampler (logged) until the online set next changes.
 

@@ -1,11 +1,13 @@
 //! Parsing perf records: PERF_RECORD_SAMPLE by the event's `sample_type`, and the loss and
 //! throttle records a sampler must count.
 //!
-//! Field order is the kernel's `perf_output_sample()` order (reference ibs-perf.md §2.2, §2.5).
+//! Field order is the kernel's `perf_output_sample()` order (`kernel/events/core.c`; the
+//! PERF_RECORD_* layouts in `include/uapi/linux/perf_event.h`).
 //! pghotd only ever asks for the fixed-size fields below plus RAW, so the parser refuses any
 //! other `sample_type` bit at setup instead of guessing a layout. We parse by hand rather than
 //! with perf-event-data, which shifts every field after a WEIGHT_STRUCT and copies each sample
-//! into a boxed struct (reference §5.2).
+//! into a boxed struct (perf-event-data 0.1.8, `src/records/sample.rs`: it reads the weight
+//! only for WEIGHT).
 
 use perf_event_open_sys::bindings;
 
@@ -225,7 +227,8 @@ fn parse_sample<'a>(
                 raw: size,
                 len: c.bytes.len(),
             })?;
-        // u32 size + data is padded to 8 bytes (reference §2.2, row 12).
+        // u32 size + data is padded to 8 bytes (`perf_sample_save_raw_data()` in
+        // `include/linux/perf_event.h`; `perf_prepare_sample()` on older kernels).
         c.at = (c.at + size + 7) & !7;
         Some(raw)
     } else {
@@ -396,7 +399,8 @@ mod tests {
 
     #[test]
     fn the_documented_ibs_layout_is_72_bytes_and_round_trips() {
-        // Reference §2.4: 0x8C08F gives a 72-byte record with phys_addr at byte 64.
+        // 0x8C08F (IP, TID, TIME, ADDR, CPU, WEIGHT, DATA_SRC, PHYS_ADDR) gives a 72-byte
+        // record with phys_addr at byte 64.
         let f = SampleFormat::new(IBS_FORMAT).unwrap();
         assert_eq!(IBS_FORMAT, 0x8C08F);
         let bytes = build::sample(f, &full());
