@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::setting::{Field, Setting, Written, field};
+use super::setting::{Field, Setting, Written, field, text, texts};
 use crate::sampler::SourceSpec;
 
 /// A node id: the kernel's MAX_NUMNODES is at most 1 << CONFIG_NODES_SHIFT (10).
@@ -434,20 +434,6 @@ fn power_of_two(pages: i64) -> Result<(), String> {
         Err(format!(
             "{pages} is not a power of two (perf rings are 2^n pages)"
         ))
-    }
-}
-
-pub(super) fn text(value: Written) -> Result<String, String> {
-    match value {
-        Written::Text(s) => Ok(s),
-        other => Err(format!("{other:?} is not a string")),
-    }
-}
-
-pub(super) fn texts(value: Written) -> Result<Vec<String>, String> {
-    match value {
-        Written::Texts(v) => Ok(v),
-        other => Err(format!("{other:?} is not a list of strings")),
     }
 }
 

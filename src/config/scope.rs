@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use super::Config;
-use super::defs::{text, texts};
-use super::setting::{Field, Written};
+use super::setting::{Field, Written, text, texts};
 use crate::scope::{CGROUP_ROOT, ScopeSelector, cgroup};
 
 /// Each entry must be a cgroup directory now (it has `cgroup.procs`); relative entries are

@@ -318,3 +318,19 @@ impl std::fmt::Debug for Setting {
         f.debug_struct("Setting").field("key", &self.key).finish()
     }
 }
+
+/// The text of a written string value, for hand-written fields.
+pub(super) fn text(value: Written) -> Result<String, String> {
+    match value {
+        Written::Text(s) => Ok(s),
+        other => Err(format!("{other:?} is not a string")),
+    }
+}
+
+/// The texts of a written list of strings, for hand-written fields.
+pub(super) fn texts(value: Written) -> Result<Vec<String>, String> {
+    match value {
+        Written::Texts(v) => Ok(v),
+        other => Err(format!("{other:?} is not a list of strings")),
+    }
+}

@@ -24,7 +24,7 @@ impl PageKey {
     /// by page.
     #[inline]
     pub fn mixed(self) -> u64 {
-        super::shard::mix(self.raw())
+        mix(self.raw())
     }
 
     /// `None` when the pid or address is out of the key's range, or pid is 0.
@@ -139,6 +139,15 @@ impl Entry {
     pub fn stores(&self) -> u8 {
         self.stores
     }
+}
+
+/// `splitmix64`'s finalizer: spreads the packed key's bits over the whole word.
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    let mut z = key;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

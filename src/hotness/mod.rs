@@ -27,9 +27,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
+use entry::mix;
 pub use entry::{Entry, PAGE_SIZE, PageKey};
 use entry::{FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
-use shard::{Shard, Slot, mix};
+use shard::{Shard, Slot};
 
 use crate::sample::AccessOp;
 use crate::topology::NodeId;

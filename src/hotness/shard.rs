@@ -6,16 +6,7 @@
 //! round capacity up to a power of two and keep a control byte per slot, which costs 50-70 bytes
 //! per entry at the sizes we use.
 
-use super::entry::{Entry, PageKey, decayed};
-
-/// `splitmix64`'s finalizer: spreads the packed key's bits over the whole word.
-#[inline]
-pub(crate) fn mix(key: u64) -> u64 {
-    let mut z = key;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use super::entry::{Entry, PageKey, decayed, mix};
 
 pub(crate) struct Shard {
     slots: Box<[Entry]>,
