@@ -10,7 +10,7 @@
 //! to a power of two at a 7/8 load limit and keep a control byte per bucket: with 24-byte
 //! buckets that is 29 to 57 bytes per tracked page depending on where the bound falls between
 //! powers of two, and 50 at the default 1 Mi pages (4096 per shard in 8192 buckets; measured by
-//! the `dashmap` rows of `benches/ingest.rs`, which were also slower per sample).
+//! the `dashmap` rows of `benches/ingest.rs`; their time per sample was not measurably better).
 
 use super::entry::{Entry, PageKey, decayed};
 
