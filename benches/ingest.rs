@@ -7,6 +7,9 @@
 //! - `table 1Mi`: `HotTable::record`, uniform over 1 Mi pages, `max_tracked_pages` 1 Mi.
 //! - `table 4Mi`: the same over 4 Mi pages: about 3/4 of the samples miss and insert, so
 //!   eviction runs all the time.
+//! - `dashmap 1Mi`, `dashmap 4Mi`: the same loads on a `dashmap::DashMap` doing the same
+//!   per-entry work (see `DashTable` for what it does not do), to compare the hand-written
+//!   table with the crate the design names.
 //! - `recorder lower`: the full per-sample path (`Recorder`: filters, node classification,
 //!   table, candidate queue) over 1 Mi pages, every sample on node 2 (the lower tier).
 //! - `recorder lower batch`: the same handed over 32 samples at a time (`record_batch`, as the
@@ -32,6 +35,10 @@
 //! per thread per run (default 20 M); `cargo bench --bench ingest -- recorder` runs only the
 //! rows whose name contains `recorder`.
 
+// In a directory of its own, which Cargo does not take for another bench target.
+#[path = "ingest/dash.rs"]
+mod dash;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -46,6 +53,8 @@ use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{NodeId, SysfsRoot, Topology};
+
+use dash::DashTable;
 
 const MI: u64 = 1 << 20;
 /// `max_tracked_pages` of every row but one diagnostic.
@@ -74,6 +83,8 @@ const TOPOLOGY: &str = concat!(
 enum Kind {
     /// `HotTable::record` on a table of `tracked` pages.
     Table { tracked: usize },
+    /// `DashTable::record` (a `DashMap` doing the same per-entry work) bounded at `tracked`.
+    Dash { tracked: usize },
     /// The `Recorder` path; `top_percent` of the samples on node 0.
     Recorder {
         top_percent: u64,
@@ -105,7 +116,7 @@ struct Spec {
     kind: Kind,
 }
 
-const SPECS: [Spec; 11] = [
+const SPECS: [Spec; 13] = [
     Spec {
         name: "table 1Mi",
         pages: MI,
@@ -115,6 +126,16 @@ const SPECS: [Spec; 11] = [
         name: "table 4Mi",
         pages: 4 * MI,
         kind: Kind::Table { tracked: TRACKED },
+    },
+    Spec {
+        name: "dashmap 1Mi",
+        pages: MI,
+        kind: Kind::Dash { tracked: TRACKED },
+    },
+    Spec {
+        name: "dashmap 4Mi",
+        pages: 4 * MI,
+        kind: Kind::Dash { tracked: TRACKED },
     },
     Spec {
         name: "recorder lower",
@@ -384,9 +405,53 @@ impl Row {
     }
 }
 
-fn table_row(spec: &Spec, tracked_max: usize, threads: usize, samples: usize) -> Row {
+/// The record operation the table rows time: `HotTable`'s, or the `DashMap` variant's.
+trait Table: Sync {
+    fn create(tracked: usize) -> Self;
+    fn record(&self, access: &Access) -> Recorded;
+    fn evicted(&self) -> u64;
+    fn len(&self) -> usize;
+}
+
+impl Table for HotTable {
+    fn create(tracked: usize) -> HotTable {
+        HotTable::new(tracked, HotnessConfig::default())
+    }
+
+    fn record(&self, access: &Access) -> Recorded {
+        HotTable::record(self, access)
+    }
+
+    fn evicted(&self) -> u64 {
+        HotTable::evicted(self)
+    }
+
+    fn len(&self) -> usize {
+        HotTable::len(self)
+    }
+}
+
+impl Table for DashTable {
+    fn create(tracked: usize) -> DashTable {
+        DashTable::new(tracked, HotnessConfig::default())
+    }
+
+    fn record(&self, access: &Access) -> Recorded {
+        DashTable::record(self, access)
+    }
+
+    fn evicted(&self) -> u64 {
+        DashTable::evicted(self)
+    }
+
+    fn len(&self) -> usize {
+        DashTable::len(self)
+    }
+}
+
+fn table_row<T: Table>(spec: &Spec, tracked_max: usize, threads: usize, samples: usize) -> Row {
     let mut row = Row::new(spec, tracked_max, threads, samples);
-    let table = HotTable::new(tracked_max, HotnessConfig::default());
+    let table = T::create(tracked_max);
     for page in 0..spec.pages {
         table.record(&Access {
             key: key(page),
@@ -628,7 +693,8 @@ fn wake_cost() -> f64 {
 
 fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
     match spec.kind {
-        Kind::Table { tracked } => table_row(spec, tracked, threads, samples),
+        Kind::Table { tracked } => table_row::<HotTable>(spec, tracked, threads, samples),
+        Kind::Dash { tracked } => table_row::<DashTable>(spec, tracked, threads, samples),
         Kind::Recorder {
             top_percent,
             freq_threshold,
@@ -664,10 +730,11 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-/// VmRSS growth from creating a 1 Mi table and recording each of its pages once.
-fn resident_table_bytes() -> u64 {
+/// VmRSS growth from creating a 1 Mi table and recording each of its pages once; with the
+/// `DashTable`, also its computed `memory_bytes()` (before anything is removed).
+fn resident_table_bytes<T: Table>(computed: impl Fn(&T) -> usize) -> (u64, usize) {
     let before = proc_status_kb("VmRSS");
-    let table = HotTable::new(TRACKED, HotnessConfig::default());
+    let table = T::create(TRACKED);
     for page in 0..MI {
         table.record(&Access {
             key: key(page),
@@ -677,8 +744,9 @@ fn resident_table_bytes() -> u64 {
         });
     }
     let after = proc_status_kb("VmRSS");
+    let bytes = computed(&table);
     drop(table);
-    after.saturating_sub(before) * 1024
+    (after.saturating_sub(before) * 1024, bytes)
 }
 
 /// `1Mi`, `1.25Mi`; `-` for 0.
@@ -732,8 +800,10 @@ fn main() {
         .collect();
     let wanted = |spec: &&Spec| filters.is_empty() || filters.iter().any(|f| spec.name.contains(f));
     let cpus = thread::available_parallelism().map_or(0, |n| n.get());
-    // Before anything else is allocated, so the allocator cannot reuse freed memory.
-    let resident = resident_table_bytes();
+    // Before anything else is allocated, so the allocator cannot reuse freed memory. Each
+    // table's shards are mmap-sized allocations, returned to the kernel when it is dropped.
+    let (resident, _) = resident_table_bytes::<HotTable>(HotTable::memory_bytes);
+    let (dash_resident, dash_bytes) = resident_table_bytes::<DashTable>(DashTable::memory_bytes);
 
     println!("pghotd hotness ingest benchmark");
     println!(
@@ -786,8 +856,19 @@ fn main() {
         wake_cost()
     );
     println!(
-        "resident memory of a pre-filled 1Mi table: {:.1} MiB (VmRSS growth)",
-        mib(resident)
+        "resident memory of a pre-filled 1Mi table: {:.1} MiB (VmRSS growth) = {:.2} bytes per \
+         tracked page",
+        mib(resident),
+        resident as f64 / TRACKED as f64
+    );
+    println!(
+        "dashmap table of 1Mi pages: {dash_bytes} bytes = {:.2} bytes per tracked page (buckets \
+         x ({} byte pair + 1 control byte) + 128-byte lock per shard); pre-filled: {:.1} MiB \
+         resident (VmRSS growth) = {:.2} bytes per tracked page",
+        dash_bytes as f64 / TRACKED as f64,
+        dash::PAIR_BYTES,
+        mib(dash_resident),
+        dash_resident as f64 / TRACKED as f64
     );
     println!(
         "peak RSS (VmHWM): {:.1} MiB, of which up to {:.1} MiB are the pre-generated samples \

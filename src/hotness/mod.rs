@@ -1,7 +1,9 @@
 //! The hotness table: turns samples into promotion candidates.
 //!
-//! Keyed by (pid, 4 KiB page), sharded by key hash, each shard behind its own small lock so that
-//! sampler threads never share one lock. Semantics follow pghot:
+//! Keyed by (pid, 4 KiB page), sharded by key hash: `max_tracked_pages / 1024` shards rounded to
+//! a power of two (1..=256), each a `parking_lot::Mutex` around its own fixed open-addressing
+//! table (`shard.rs`). Threads whose pages hash to different shards never meet; two that hit the
+//! same shard at once take turns. Semantics follow pghot:
 //!
 //! - a sample of a lower-tier page resets the page's count to 1 when its previous sample is older
 //!   than `promote_window_ms`, else increments it;
@@ -15,7 +17,20 @@
 //! Memory is bounded by `max_tracked_pages` at 32 bytes per page; when a shard is full its
 //! coldest pages are evicted first.
 //!
-//! Runs on every sampler thread; never blocks on anything but a shard lock held for one lookup.
+//! Locking: the table is not lock-free. Every operation on one page (`record`, `touch`, `get`,
+//! `heat_of`, `unqueue`, the `mark_*`) takes its shard's mutex for that one operation (a probe,
+//! at most one insert and, when the shard is full, one eviction pass over that shard) and takes
+//! no other lock while holding it. The table-wide reads (`len`, `evicted`, `memory_bytes`,
+//! `for_each_page`, `hottest`) lock the shards one after another, never two at once; they serve
+//! the control plane, the migrators' demotion and audit passes and the exit summary, never the
+//! per-sample path. Without a lock: the policy knobs
+//! (relaxed atomics) and `prefetch` (the slot arrays' addresses, fixed at creation). Taking and
+//! releasing an uncontended `parking_lot` mutex is one compare-and-swap each; a contended one
+//! spins briefly, then parks the thread. A shard stays locked through an eviction pass, so a
+//! sampler that hits a shard being evicted waits for the pass (the `table 4Mi` rows of
+//! `benches/ingest.rs`). A `dashmap::DashMap` (also sharded locks: one reader-writer lock per
+//! shard) doing the same work takes 50 bytes per tracked page instead of 32, and was not
+//! measurably faster; see BENCHMARKS.md.
 
 pub mod candidate;
 pub mod entry;

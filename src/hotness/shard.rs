@@ -1,10 +1,16 @@
 //! One shard of the hotness table: a fixed-size open-addressing map (linear probing,
 //! bulk eviction) that never allocates after creation.
 //!
+//! Not synchronized: `HotTable` keeps each shard in its own `parking_lot::Mutex`, and every
+//! method here runs with that lock held (`HotTable::prefetch` only computes a slot address).
+//!
 //! Written here rather than taken from a crate because the table must hold a hard memory bound
-//! of 32 bytes per tracked page (24-byte entries at a 3/4 load limit); `hashbrown` and `dashmap`
-//! round capacity up to a power of two and keep a control byte per slot, which costs 50-70 bytes
-//! per entry at the sizes we use.
+//! of 32 bytes per tracked page (24-byte entries at a 3/4 load limit). `hashbrown`, and
+//! `dashmap` (hashbrown tables behind a reader-writer lock per shard), round the bucket count up
+//! to a power of two at a 7/8 load limit and keep a control byte per bucket: with 24-byte
+//! buckets that is 29 to 57 bytes per tracked page depending on where the bound falls between
+//! powers of two, and 50 at the default 1 Mi pages (4096 per shard in 8192 buckets; measured by
+//! the `dashmap` rows of `benches/ingest.rs`; their time per sample was not measurably better).
 
 use super::entry::{Entry, PageKey, decayed, mix};
 

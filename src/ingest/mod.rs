@@ -2,9 +2,22 @@
 //!
 //! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
 //! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
-//! [`FLUSH_EVERY`] samples and when it is dropped. No allocation and no shared lock per sample
-//! except the one hotness shard the page hashes to. Samples without a node are held back and
-//! resolved in batches (see `resolve`).
+//! [`FLUSH_EVERY`] samples (or 100 ms of sample time) and when it is dropped. No allocation per
+//! sample. Samples without a node are held back and resolved in batches (see `resolve`).
+//!
+//! Locks, which the path never holds two of at once: a sample normally takes one, the mutex of
+//! the hotness shard its page hashes to (`HotTable::record` or `touch`). It takes that shard's
+//! lock again, one after the other, when it carries no node and the recorder's cache has none
+//! (`HotTable::get` in `known_node`), and when its candidate is refused or has no target
+//! (`HotTable::unqueue`). Other locks: the `--record` writer's mutex (every sample, while
+//! `--record` is on), the tap's mutex (every sample while `pghotctl record` runs; otherwise one
+//! relaxed load), admission's histogram map when the pid changes from the previous sample's
+//! (THP splitting on), and per fold the per-process map's mutex (also when the recorder's
+//! 64-process list fills) and admission's traffic windows; the shared counters are atomics.
+//! Candidates go into crossbeam's bounded channel: `try_send` claims a slot with a
+//! compare-and-swap and takes no lock, since the migrator never blocks on that channel (it waits
+//! on a separate wake-up channel); once `migrate_batch` candidates wait, the `try_send` on the
+//! wake-up channel locks crossbeam's internal mutex to wake the parked migrator.
 
 use std::io::BufWriter;
 use std::sync::Arc;
