@@ -6,7 +6,12 @@ use crate::topology::Topology;
 
 impl AdmissionConfig {
     /// `full_duplex_nodes` must be lower-tier memory nodes.
-    pub(super) fn check_against(&self, topology: &Topology) -> Result<(), ConfigError> {
+    /// `origin`: where `full_duplex_nodes` was given.
+    pub(super) fn check_against(
+        &self,
+        topology: &Topology,
+        origin: Origin,
+    ) -> Result<(), ConfigError> {
         for &n in &self.full_duplex_nodes {
             if !topology.is_lower_tier(n) {
                 let lower: Vec<String> = topology
@@ -15,7 +20,7 @@ impl AdmissionConfig {
                     .map(|n| n.to_string())
                     .collect();
                 return Err(ConfigError::Invalid {
-                    origin: Origin::Flag("full-duplex-node"),
+                    origin,
                     key: "admission.full_duplex_nodes",
                     detail: format!(
                         "node {n} is not a lower-tier memory node here (lower tier: {})",

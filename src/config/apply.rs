@@ -71,7 +71,9 @@ impl Config {
             }
             _ => {}
         }
-        (s.field.set)(self, g.value.clone()).map_err(invalid)
+        (s.field.set)(self, g.value.clone()).map_err(invalid)?;
+        self.origins.set(s.key, g.origin.clone());
+        Ok(())
     }
 
     /// Checks between keys, where one of their keys was given here: an earlier origin passed

@@ -107,7 +107,11 @@ pub static SETTINGS: &[Setting] = &[
         field!(max_tracked_pages),
     )
     .flag("max-tracked-pages", "N")
-    .help("Most pages the hotness table tracks (32 bytes each) [default: {default}]")
+    .help(
+        "Most pages the hotness table tracks (32 bytes each; at most a quarter of MemTotal) \
+         [default: {default}]",
+    )
+    .allowed("{range}; the table (32 bytes a page) at most a quarter of MemTotal")
     .doc("hotness table bound (32 bytes per page)"),
     Setting::int(
         "heat_halflife_ms",

@@ -210,3 +210,35 @@ impl<'de> DeserializeSeed<'de> for Value {
         }
     }
 }
+
+/// One value as `config set` gives it: exactly one TOML value of the setting's type, parsed as
+/// a value and never as a document, so a newline, a `[table]`, a comment or a second
+/// `key = value` inside it can set nothing else. A bare word that is not TOML (`auto`, a path)
+/// is taken as a string where the setting takes one string.
+pub(super) fn parse_value(setting: &'static Setting, value: &str) -> Result<Written, String> {
+    let toml = value.trim_matches([' ', '\t']);
+    let parsed = toml::de::ValueDeserializer::parse(toml)
+        .map_err(|e| e.message().to_string())
+        .and_then(|d| {
+            Value(setting)
+                .deserialize(d)
+                .map(Spanned::into_inner)
+                .map_err(|e| e.message().to_string())
+        });
+    match parsed {
+        Ok(written) => Ok(written),
+        Err(_)
+            if takes_a_word(setting.kind) && toml::de::ValueDeserializer::parse(toml).is_err() =>
+        {
+            Ok(Written::Text(value.to_string()))
+        }
+        Err(e) => Err(format!(
+            "{value:?} is not one TOML value of this key's type: {e}"
+        )),
+    }
+}
+
+/// Whether a setting's value may be one bare string.
+fn takes_a_word(kind: Kind) -> bool {
+    matches!(kind, Kind::Text | Kind::Path | Kind::IntOrWord { .. })
+}

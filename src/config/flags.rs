@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use clap::{Arg, ArgAction, ArgMatches, Command, value_parser};
+use clap::builder::{OsStringValueParser, TypedValueParser};
+use clap::{Arg, ArgAction, ArgMatches, Command, ValueHint, value_parser};
 
 use super::apply::Given;
 use super::defs::SETTINGS;
@@ -66,8 +67,12 @@ fn arg(s: &'static Setting) -> Arg {
     match s.kind {
         Kind::Int { .. } | Kind::Ints { .. } => arg.value_parser(value_parser!(i64)),
         Kind::Bool => arg.value_parser(value_parser!(bool)),
-        // PathBuf makes clap_complete offer file names.
-        Kind::Path | Kind::Paths => arg.value_parser(value_parser!(PathBuf)),
+        // clap's PathBuf parser refuses an empty value, which `--control-socket ''` needs (it
+        // turns the socket off, as `control_socket = ""` does); the value is still a PathBuf,
+        // so clap_complete offers file names.
+        Kind::Path | Kind::Paths => arg
+            .value_parser(OsStringValueParser::new().map(PathBuf::from))
+            .value_hint(ValueHint::AnyPath),
         Kind::IntOrWord { .. } | Kind::Text | Kind::Texts | Kind::Switch => {
             arg.value_parser(value_parser!(String))
         }

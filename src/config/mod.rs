@@ -19,6 +19,7 @@ pub mod defs;
 pub mod docs;
 mod file;
 mod flags;
+mod machine;
 mod scope;
 pub mod setting;
 #[cfg(test)]
@@ -55,6 +56,11 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "config {} is longer than {MAX_CONFIG_BYTES} bytes (1 MiB), the most pghotd reads; not read",
+        path.display()
+    )]
+    TooLarge { path: PathBuf },
     #[error("config {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("{origin}: {key} = {value} is out of range; allowed {min}..={max}")]
@@ -65,6 +71,8 @@ pub enum ConfigError {
         min: i64,
         max: i64,
     },
+    #[error("{origin}: unknown key '{key}' (pghotctl config get lists them)")]
+    UnknownKey { origin: Origin, key: String },
     #[error("{origin}: {key}: {detail}")]
     Invalid {
         origin: Origin,
@@ -83,6 +91,8 @@ pub enum Origin {
     Flag(&'static str),
     /// `pghotctl config set` (the control socket).
     Control,
+    /// Nobody gave the value: the stage's default.
+    Default,
 }
 
 impl std::fmt::Display for Origin {
@@ -91,6 +101,7 @@ impl std::fmt::Display for Origin {
             Origin::File { path, line } => write!(f, "config {} line {line}", path.display()),
             Origin::Flag(flag) => write!(f, "flag --{flag}"),
             Origin::Control => write!(f, "config set"),
+            Origin::Default => write!(f, "built-in default"),
         }
     }
 }
@@ -129,7 +140,39 @@ pub struct Config {
     pub loaded_from: Option<PathBuf>,
     /// `[admission]`: THP splitting and duplex-aware admission.
     pub admission: AdmissionConfig,
+    /// Where each given value came from, for the checks that run later.
+    pub origins: Origins,
 }
+
+/// Where each value given so far came from (the last origin per key), so a check that runs
+/// after parsing (against the topology, the machine's memory) names the file and line, the
+/// flag or the control request. Not part of the configuration's value: two configurations with
+/// the same values are equal wherever their values came from.
+#[derive(Debug, Clone, Default)]
+pub struct Origins(Vec<(&'static str, Origin)>);
+
+impl Origins {
+    fn set(&mut self, key: &'static str, origin: Origin) {
+        self.0.retain(|(k, _)| *k != key);
+        self.0.push((key, origin));
+    }
+
+    /// The origin of `key`'s value: [`Origin::Default`] when nobody gave one.
+    pub fn of(&self, key: &str) -> Origin {
+        self.0
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or(Origin::Default, |(_, o)| o.clone())
+    }
+}
+
+impl PartialEq for Origins {
+    fn eq(&self, _: &Origins) -> bool {
+        true
+    }
+}
+
+impl Eq for Origins {}
 
 impl Default for Config {
     fn default() -> Self {
@@ -158,6 +201,7 @@ impl Default for Config {
             scope_refresh_ms: 1000,
             loaded_from: None,
             admission: AdmissionConfig::default(),
+            origins: Origins::default(),
         }
     }
 }
@@ -188,13 +232,14 @@ impl Config {
             Some(p) => (p.to_path_buf(), true),
             None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
         };
-        match std::fs::read_to_string(&path) {
+        match read_config(&path) {
             Ok(text) => {
                 config.apply_file(&path, &text)?;
                 config.loaded_from = Some(path);
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {}
-            Err(source) => return Err(ConfigError::Read { path, source }),
+            Err(ConfigError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && !explicit => {}
+            Err(e) => return Err(e),
         }
         config.apply_args(args)?;
         Ok(config)
@@ -209,19 +254,27 @@ impl Config {
         self.apply(&given)
     }
 
-    /// The configuration with one more setting, `key = value` in TOML, validated exactly as
-    /// if it were a line of the config file (same keys, types and ranges).
+    /// The configuration with one more setting, `key` set to `value`: one TOML value (never
+    /// a document: see [`file::parse_value`]) validated as the config file's would be (same
+    /// keys, types and ranges).
     pub fn with_setting(&self, key: &str, value: &str) -> Result<Config, ConfigError> {
-        let mut next = self.clone();
-        // A bare word that is not TOML (`auto`, a path) is taken as a string.
-        let text = format!("{key} = {value}");
-        let text = if toml::from_str::<toml::Table>(&text).is_ok() {
-            text
-        } else {
-            format!("{key} = {}", toml::Value::String(value.to_string()))
+        let Some(setting) = setting(key) else {
+            return Err(ConfigError::UnknownKey {
+                origin: Origin::Control,
+                key: key.to_string(),
+            });
         };
-        let given = file::parse(&text, Path::new("config set"), |_| Origin::Control)?;
-        next.apply(&given)?;
+        let written = file::parse_value(setting, value).map_err(|detail| ConfigError::Invalid {
+            origin: Origin::Control,
+            key: setting.key,
+            detail,
+        })?;
+        let mut next = self.clone();
+        next.apply(&[Given {
+            setting,
+            value: written,
+            origin: Origin::Control,
+        }])?;
         Ok(next)
     }
 
@@ -247,6 +300,7 @@ impl Config {
             }
             if s.runtime {
                 (s.field.copy)(next, self);
+                self.origins.set(s.key, next.origins.of(s.key));
                 change.applied.push(s.key);
             } else {
                 change.needs_restart.push(s.key);
@@ -257,7 +311,9 @@ impl Config {
 
     /// Checks what needs the topology: `target_nid` must be a top-tier memory node.
     pub fn check_against(&self, topology: &crate::topology::Topology) -> Result<(), ConfigError> {
-        self.admission.check_against(topology)?;
+        self.admission
+            .check_against(topology, self.origins.of("admission.full_duplex_nodes"))?;
+        self.check_table_fits(machine::mem_total_bytes()?)?;
         if let Some(nid) = self.target_nid {
             let ok = topology
                 .node(nid)
@@ -270,7 +326,7 @@ impl Config {
                     .map(|n| n.id.to_string())
                     .collect();
                 return Err(ConfigError::Invalid {
-                    origin: Origin::Flag("target-nid"),
+                    origin: self.origins.of("target_nid"),
                     key: "target_nid",
                     detail: format!(
                         "node {nid} is not a top-tier memory node here (top tier: {})",
@@ -281,6 +337,33 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The most a config file may hold. A few hundred bytes is usual; the bound keeps a mistaken
+/// path (a log, a disk image) from being read whole into a root daemon's memory, at start or
+/// on every reload.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// Reads a config file: a regular file (a FIFO, a device or a directory is refused at once,
+/// never waited on: see [`crate::safefs::read_bounded`]) of at most [`MAX_CONFIG_BYTES`], in
+/// UTF-8.
+fn read_config(path: &Path) -> Result<String, ConfigError> {
+    let bytes = crate::safefs::read_bounded(path, MAX_CONFIG_BYTES).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::InvalidData {
+            ConfigError::TooLarge {
+                path: path.to_path_buf(),
+            }
+        } else {
+            ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    String::from_utf8(bytes).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to()),
+    })
 }
 
 /// What [`Config::set_runtime`] did.

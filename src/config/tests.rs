@@ -220,9 +220,20 @@ fn config_set_validates_like_the_file() {
         .with_setting("freq_treshold", "3")
         .unwrap_err()
         .to_string();
-    assert!(err.contains("unknown field `freq_treshold`"), "{err}");
+    assert_eq!(
+        err,
+        "config set: unknown key 'freq_treshold' (pghotctl config get lists them)"
+    );
     let err = c
         .with_setting("migrate_batch", "many")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("migrate_batch: \"many\" is not one TOML value"),
+        "{err}"
+    );
+    let err = c
+        .with_setting("migrate_batch", "\"many\"")
         .unwrap_err()
         .to_string();
     assert!(err.contains("invalid type: string \"many\""), "{err}");
@@ -237,6 +248,95 @@ fn config_set_validates_like_the_file() {
     assert_eq!(next.control_socket, None);
     let next = c.with_setting("perf.ring_pages", "128").unwrap();
     assert_eq!(next.perf.ring_pages, 128);
+}
+
+#[test]
+fn config_set_takes_one_value_never_a_document() {
+    let c = Config::default();
+    // A second key smuggled in after a newline, a table, a comment, a key of its own: each is
+    // refused and names the key and the value, with no doubled word.
+    for value in [
+        "3\npromote_rate_limit_MBps = 1",
+        "3\n[ibs]\nperiod = 200",
+        "3 # a comment",
+        "3\n# a comment",
+        "freq_threshold = 3",
+        "[table]",
+        "{ a = 1 }",
+        "3 3",
+        "nan",
+        "inf",
+        "-nan",
+        "3.5",
+        "99999999999999999999999",
+        "\"3\"",
+    ] {
+        let err = c
+            .with_setting("freq_threshold", value)
+            .map(|n| n.values())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("config set: freq_threshold"),
+            "{value:?}: {err}"
+        );
+        assert!(!err.contains("config config"), "{value:?}: {err}");
+    }
+    // Text keys take a bare word as one string, newline and all: it is never parsed as TOML.
+    let next = c.with_setting("comm", "a\nfreq_threshold = 9").unwrap();
+    assert_eq!(next.comm.as_deref(), Some("a\nfreq_threshold = 9"));
+    assert_eq!(next.policy.freq_threshold, c.policy.freq_threshold);
+    let next = c.with_setting("ibs.period", "auto").unwrap();
+    assert!(next.ibs_period_auto);
+    let next = c.with_setting("freq_threshold", " 7 ").unwrap();
+    assert_eq!(next.policy.freq_threshold, 7);
+    // Lists stay lists; a table where a list belongs is refused.
+    let next = c.with_setting("pids", "[1, 2]").unwrap();
+    assert_eq!(next.pids, vec![1, 2]);
+    assert!(c.with_setting("pids", "[1]\n[admission]").is_err());
+    let err = c.with_setting("ibs", "1").unwrap_err().to_string();
+    assert!(err.contains("unknown key 'ibs'"), "{err}");
+}
+
+#[test]
+fn an_empty_control_socket_flag_turns_the_socket_off() {
+    let args = SettingArgs::parse_from(["--control-socket", ""]).unwrap();
+    let mut c = Config::default();
+    c.apply_args(&args).unwrap();
+    assert_eq!(c.control_socket, None);
+    let args = SettingArgs::parse_from(["--socket", ""]).unwrap();
+    let mut c = Config::default();
+    c.apply_args(&args).unwrap();
+    assert_eq!(c.control_socket, None);
+    // Other paths still say what is wrong with an empty one.
+    let args = SettingArgs::parse_from(["--sysfs-root", ""]).unwrap();
+    let err = Config::default().apply_args(&args).unwrap_err().to_string();
+    assert!(err.contains("flag --sysfs-root: sysfs_root:"), "{err}");
+}
+
+#[test]
+fn a_check_after_parsing_names_where_the_value_came_from() {
+    let topology = crate::topology::Topology::read(crate::topology::SysfsRoot::new(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node"),
+    ))
+    .unwrap();
+    let set = Config::default().with_setting("target_nid", "2").unwrap();
+    let err = set.check_against(&topology).unwrap_err().to_string();
+    assert!(
+        err.starts_with("config set: target_nid: node 2 is not a top-tier memory node"),
+        "{err}"
+    );
+    let file = from_file("freq_threshold = 2\ntarget_nid = 2\n").unwrap();
+    let err = file.check_against(&topology).unwrap_err().to_string();
+    assert!(
+        err.starts_with("config /etc/pghotd/pghotd.toml line 2: target_nid"),
+        "{err}"
+    );
+    let mut c = Config::default();
+    c.apply_args(&SettingArgs::parse_from(["--target-nid", "2"]).unwrap())
+        .unwrap();
+    let err = c.check_against(&topology).unwrap_err().to_string();
+    assert!(err.starts_with("flag --target-nid: target_nid"), "{err}");
 }
 
 #[test]

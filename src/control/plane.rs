@@ -311,7 +311,7 @@ impl ControlPlane {
         next.check_against(&self.parts.topology)
             .map_err(|e| failed(ErrorKind::InvalidValue, e))?;
         let report = self.apply(&mut running, next);
-        tracing::info!("config set {key} = {value}");
+        tracing::info!("config set {key} = {}", value.escape_debug());
         Ok(report)
     }
 

@@ -34,6 +34,9 @@
 
 pub mod candidate;
 pub mod entry;
+
+/// What one tracked page costs: a 24-byte [`Entry`] at the shards' 3/4 load limit.
+pub const BYTES_PER_TRACKED_PAGE: u64 = 32;
 mod prefetch;
 mod shard;
 

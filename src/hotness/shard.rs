@@ -196,7 +196,7 @@ mod tests {
     fn memory_is_32_bytes_per_tracked_page() {
         let shard = Shard::new(3000);
         let bytes = shard.slot_count() * std::mem::size_of::<Entry>();
-        assert_eq!(bytes / 3000, 32);
+        assert_eq!(bytes as u64 / 3000, super::super::BYTES_PER_TRACKED_PAGE);
     }
 
     #[test]

@@ -74,15 +74,25 @@ pub enum TraceLineError {
 /// The period a `# sample_period N` line sets; `None` for every other line.
 pub fn parse_sample_period(line: &str) -> Option<Result<u64, TraceLineError>> {
     let value = line.strip_prefix(SAMPLE_PERIOD_DIRECTIVE)?.trim();
-    Some(match value.parse::<u64>() {
-        Ok(n) if n >= 1 => Ok(n),
+    Some(match digits(value, 10) {
+        Some(n) if n >= 1 => Ok(n),
         _ => Err(TraceLineError::SamplePeriod(value.to_string())),
     })
 }
 
+/// `value` as digits of `radix` and nothing else. Rust's integer parsers also take a leading
+/// `+`, which the format does not have (README.md, "The pghot-trace v1 format": decimal, and hex
+/// with `0x`).
+fn digits(value: &str, radix: u32) -> Option<u64> {
+    if value.is_empty() || !value.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(value, radix).ok()
+}
+
 fn decimal(field: &'static str, value: &str, max: u64) -> Result<u64, TraceLineError> {
-    match value.parse::<u64>() {
-        Ok(n) if n <= max => Ok(n),
+    match digits(value, 10) {
+        Some(n) if n <= max => Ok(n),
         _ => Err(TraceLineError::Decimal {
             field,
             value: value.to_string(),
@@ -94,8 +104,7 @@ fn decimal(field: &'static str, value: &str, max: u64) -> Result<u64, TraceLineE
 fn hex(field: &'static str, value: &str) -> Result<u64, TraceLineError> {
     value
         .strip_prefix("0x")
-        .filter(|digits| !digits.is_empty())
-        .and_then(|digits| u64::from_str_radix(digits, 16).ok())
+        .and_then(|hex| digits(hex, 16))
         .ok_or_else(|| TraceLineError::Hex {
             field,
             value: value.to_string(),
@@ -613,6 +622,14 @@ mod tests {
             ("1 0 1 1 0x1000 - L cxl 0", "field src: 'cxl'"),
             ("1 0 1 1 0x1000 - L dram 65536", "field node: '65536'"),
             ("1 0 1 1 0x1000 - L dram 0 fast", "field latency: 'fast'"),
+            // Rust's parsers take a sign; the format does not.
+            ("+5 0 1 1 0x1000 - L dram 0", "field time_ns: '+5'"),
+            ("1 +0 1 1 0x1000 - L dram 0", "field cpu: '+0'"),
+            ("1 0 1 1 0x+7f00 - L dram 0", "field vaddr: '0x+7f00'"),
+            ("1 0 1 1 0x1000 0x+1 L dram 0", "field paddr: '0x+1'"),
+            ("1 0 1 1 0x1000 - L dram +2", "field node: '+2'"),
+            ("1 0 1 1 0x1000 - L dram 0 +310", "field latency: '+310'"),
+            ("1 0 1 1 0x1000 - L dram ٣", "field node: '٣'"),
         ];
         for (line, want) in cases {
             let err = parse_line(line).unwrap_err().to_string();
@@ -709,6 +726,10 @@ mod tests {
         assert_eq!(got.count_of(Counter::TraceBadLines), 2);
         assert!(matches!(
             parse_sample_period("# sample_period 0"),
+            Some(Err(TraceLineError::SamplePeriod(_)))
+        ));
+        assert!(matches!(
+            parse_sample_period("# sample_period +3"),
             Some(Err(TraceLineError::SamplePeriod(_)))
         ));
         assert!(parse_sample_period("# sample period 3").is_none());

@@ -8,7 +8,8 @@
 //!
 //! Targets: [`perf_records`] (ring drain, record parser, IBS and page-fault decoders),
 //! [`ibs_raw`] (the IBS RAW payload and classification), [`trace`] (line framing and the line
-//! parser), [`config`] (the TOML config file) and [`control`] (request framing and parsing).
+//! parser), [`config`] (the TOML config file), [`config_set`] (one `config set` value) and
+//! [`control`] (request framing and parsing).
 
 use std::io::BufReader;
 use std::path::Path;
@@ -231,6 +232,45 @@ pub fn config(data: &[u8]) {
         };
     }
     assert_eq!(again.values(), parsed.values(), "config from {text:?}");
+}
+
+/// One `pghotctl config set KEY VALUE`: the first byte picks the key (a row of the settings
+/// table), the rest is the value. An accepted value changes that key and no other (it is one
+/// value, never a document that could carry a second key or a table), and what `config get`
+/// then shows is accepted again and gives the same configuration.
+pub fn config_set(data: &[u8]) {
+    let Some((&pick, value)) = data.split_first() else {
+        return;
+    };
+    let Ok(value) = std::str::from_utf8(value) else {
+        return;
+    };
+    let setting = &pghotd::config::SETTINGS[usize::from(pick) % pghotd::config::SETTINGS.len()];
+    let base = Config::default();
+    let Ok(next) = base.with_setting(setting.key, value) else {
+        return;
+    };
+    let shown = next.values();
+    for ((key, before), (_, after)) in base.values().iter().zip(&shown) {
+        assert!(
+            *key == setting.key || before == after,
+            "config set {} {value:?} changed {key} too",
+            setting.key
+        );
+    }
+    let (_, now) = shown.iter().find(|(k, _)| *k == setting.key).unwrap();
+    // `config get` shows an unset option as null; `""` is how it is written.
+    let again = match now {
+        serde_json::Value::Null => "\"\"".to_string(),
+        v => v.to_string(),
+    };
+    match base.with_setting(setting.key, &again) {
+        Ok(c) => assert_eq!(c.values(), shown, "{} = {again}", setting.key),
+        Err(e) => panic!(
+            "{} = {again} (shown after {value:?}) was refused: {e}",
+            setting.key
+        ),
+    }
 }
 
 /// Control connection bytes, framed as the server frames them: a request that parses

@@ -162,6 +162,24 @@ fn config_input() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(line, 0..6).prop_map(|l| l.join("\n").into_bytes())
 }
 
+/// A key's index and a value: a TOML value, damaged or followed by what would be a second key,
+/// a table or a comment if the value were read as a document.
+fn config_set_input() -> impl Strategy<Value = Vec<u8>> {
+    let tail = prop_oneof![
+        Just(String::new()),
+        Just("\npromote_rate_limit_MBps = 1".to_string()),
+        Just("\n[ibs]\nperiod = 200".to_string()),
+        Just(" # comment".to_string()),
+        Just("\r\nfreq_threshold = 9".to_string()),
+        "[ -~\n]{0,8}",
+    ];
+    (any::<u8>(), toml_value(), tail).prop_map(|(pick, value, tail)| {
+        let mut data = vec![pick];
+        data.extend(format!("{value}{tail}").into_bytes());
+        data
+    })
+}
+
 fn control_input() -> impl Strategy<Value = Vec<u8>> {
     let req = prop::sample::select(pghot_protocol::KNOWN_REQUESTS);
     let extra = prop_oneof![
@@ -225,6 +243,12 @@ proptest! {
     fn config_structured(data in config_input()) { fuzz::config(&data) }
 
     #[test]
+    fn config_set_random(data in bytes(64)) { fuzz::config_set(&data) }
+
+    #[test]
+    fn config_set_structured(data in config_set_input()) { fuzz::config_set(&data) }
+
+    #[test]
     fn control_random(data in bytes(512)) { fuzz::control(&data) }
 
     #[test]
@@ -247,5 +271,13 @@ mod regressions {
     #[test]
     fn control_socket_off_round_trips() {
         fuzz::config(b"control_socket = \"\"");
+    }
+
+    /// `config set freq_threshold "3\npromote_rate_limit_MBps = 1"` was parsed as a document
+    /// and set the rate limit too (key 2 of the table is freq_threshold).
+    #[test]
+    fn config_set_value_with_a_second_key() {
+        fuzz::config_set(b"\x023\npromote_rate_limit_MBps = 1");
+        fuzz::config_set(b"\x023\n[ibs]\nperiod = 200");
     }
 }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod client;
+mod unique;
 pub mod views;
 
 pub use views::PidCounts;
@@ -181,8 +182,11 @@ impl Response {
 
 /// Parses one request line (without its newline). Errors name the problem.
 pub fn parse_request(line: &str) -> Result<Request, ErrorBody> {
-    let value: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| ErrorBody::new(ErrorKind::BadRequest, format!("not JSON: {e}")))?;
+    let unique::Unique(value) = serde_json::from_str(line).map_err(|e| {
+        // A data error is JSON that says a key twice (see `unique`).
+        let what = if e.is_data() { "refused" } else { "not JSON" };
+        ErrorBody::new(ErrorKind::BadRequest, format!("{what}: {e}"))
+    })?;
     let serde_json::Value::Object(mut obj) = value else {
         return Err(ErrorBody::new(
             ErrorKind::BadRequest,
@@ -396,6 +400,39 @@ pub struct MigrateReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_any_depth() {
+        for line in [
+            r#"{"v":1,"req":"config_set","key":"freq_threshold","value":"3","key":"migrate_batch"}"#,
+            r#"{"v":1,"v":1,"req":"status"}"#,
+            r#"{"v":1,"req":"status","req":"pause"}"#,
+            r#"{"v":1,"req":"migrate","pid":1,"from":[{"a":1,"a":2}],"to":0}"#,
+        ] {
+            let err = parse_request(line).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::BadRequest, "{line}");
+            assert!(
+                err.message.contains("appears twice"),
+                "{line}: {}",
+                err.message
+            );
+        }
+        // Keys that differ only in escapes are the same key once decoded.
+        let err = parse_request(r#"{"v":1,"req":"status","r\u0065q":"pause"}"#).unwrap_err();
+        assert!(
+            err.message.contains("\"req\" appears twice"),
+            "{}",
+            err.message
+        );
+        assert_eq!(
+            parse_request(r#"{"v":1,"req":"config_get","key":"a"}"#).unwrap(),
+            Request::ConfigGet {
+                key: Some("a".into())
+            }
+        );
+        let err = parse_request("{\"v\":1,").unwrap_err();
+        assert!(err.message.starts_with("not JSON: "), "{}", err.message);
+    }
 
     #[test]
     fn requests_round_trip_with_their_version() {

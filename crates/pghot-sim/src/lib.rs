@@ -41,6 +41,9 @@ use pghotd::topology::{Node, Topology};
 use workload::{Shape, Workload};
 
 const TICK_S: f64 = 0.01;
+
+/// The most rows a run's timeline holds; a run that would have more gets wider rows.
+pub const MAX_TIMELINE_ROWS: u64 = 10_000;
 const MIGRATE_EVERY_S: f64 = 0.1;
 const CONTROL_EVERY_S: f64 = 1.0;
 const GIB: f64 = (1u64 << 30) as f64;
@@ -497,7 +500,10 @@ pub fn run(p: &SimParams) -> Report {
     let mut rng = SplitMix64::stream(p.seed, 1);
     let mut engine = Engine::new(&p.policy, &mem, workload.pages(), scale);
     let ticks = (p.duration_s / TICK_S).round() as u64;
-    let report_every = ((p.report_every_s / TICK_S).round() as u64).max(1);
+    // At most MAX_TIMELINE_ROWS rows, however long the run: wider rows past that.
+    let report_every = ((p.report_every_s / TICK_S).round() as u64)
+        .max(ticks.div_ceil(MAX_TIMELINE_ROWS))
+        .max(1);
     let mut progress = Progress::default();
     for tick in 1..=ticks {
         let t_s = tick as f64 * TICK_S;
@@ -634,6 +640,18 @@ mod tests {
         assert!(a.samples > 0 && a.promoted_mb > 0.0);
         let other = run(&SimParams { seed: 8, ..p });
         assert_ne!(a.timeline, other.timeline);
+    }
+
+    #[test]
+    fn the_timeline_is_bounded_however_long_the_run() {
+        // 20000 rows asked for (every tick of 200 s): 10000 given, evenly spread.
+        let p = SimParams {
+            report_every_s: TICK_S,
+            ..params(Shape::Uniform, Policy::Baseline, 200.0)
+        };
+        let r = run(&p);
+        assert_eq!(r.timeline.len() as u64, MAX_TIMELINE_ROWS);
+        assert!((r.timeline[1].t_s - r.timeline[0].t_s - 2.0 * TICK_S).abs() < 1e-9);
     }
 
     #[test]

@@ -37,31 +37,34 @@ struct Args {
     /// pghotd's sampling period: "auto" or a number of ops.
     #[arg(long, default_value = "auto", value_parser = parse_period)]
     period: PeriodArg,
-    /// CPU budget of the auto period, % of one core.
-    #[arg(long, default_value_t = 5.0)]
+    /// CPU budget of the auto period, % of one core (above 0, at most 100, as the daemon's
+    /// ibs.cpu_budget_pct).
+    #[arg(long, default_value_t = 5.0, value_parser = in_range(0.0, 100.0))]
     cpu_budget_pct: f64,
-    /// Samples within the window that make a page a candidate.
-    #[arg(long, default_value_t = 2)]
+    /// Samples within the window that make a page a candidate (1..=65535, as the daemon's).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
     freq_threshold: u16,
-    /// Promotion window, ms.
-    #[arg(long, default_value_t = 60_000)]
+    /// Promotion window, ms (1..=3600000, as the daemon's).
+    #[arg(long, default_value_t = 60_000,
+          value_parser = clap::value_parser!(u32).range(1..=3_600_000))]
     promote_window_ms: u32,
     /// Demote the coldest pages pghotd promoted when the fast tier runs low.
     #[arg(long)]
     demote: bool,
-    /// Divide every size (pages, sample and migration rates) by this.
-    #[arg(long, default_value_t = 64.0)]
+    /// Divide every size (pages, sample and migration rates) by this (1 to 2^20).
+    #[arg(long, default_value_t = 64.0, value_parser = scale)]
     scale: f64,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Simulated seconds.
-    #[arg(long, default_value_t = 240.0)]
+    /// Simulated seconds (at most a day).
+    #[arg(long, default_value_t = 240.0, value_parser = in_range(0.0, MAX_DURATION_S))]
     duration: f64,
-    /// Seconds between timeline rows.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds between timeline rows; a run of more rows than pghot_sim::MAX_TIMELINE_ROWS
+    /// spreads them wider.
+    #[arg(long, default_value_t = 10.0, value_parser = in_range(0.0, MAX_DURATION_S))]
     report_every: f64,
-    /// Daemon CPU per 4 KiB page moved, ns (default 2500).
-    #[arg(long)]
+    /// Daemon CPU per 4 KiB page moved, ns (default 2500, at most 1 s).
+    #[arg(long, value_parser = in_range(0.0, 1e9))]
     migrate_cpu_ns: Option<f64>,
     /// Print one JSON object per run instead of tables.
     #[arg(long)]
@@ -93,17 +96,29 @@ fn parse_period(s: &str) -> Result<PeriodArg, String> {
     }
 }
 
+/// One simulated day: 8.64 million ticks of 10 ms, some minutes of the host's time.
+const MAX_DURATION_S: f64 = 86_400.0;
+
+/// A parser of a number above `above` and at most `max` (NaN and infinities fail too).
+fn in_range(above: f64, max: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s| match s.parse::<f64>() {
+        Ok(v) if v > above && v <= max => Ok(v),
+        _ => Err(format!(
+            "'{s}': expected a number above {above} and at most {max}"
+        )),
+    }
+}
+
+/// `--scale`: at least 1 (full size), at most 2^20.
+fn scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (1.0..=f64::from(1u32 << 20)).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}': expected a number from 1 to 1048576")),
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    // Written so that NaN fails too.
-    let valid = args.scale >= 1.0 && args.duration > 0.0 && args.report_every > 0.0;
-    if !valid {
-        eprintln!(
-            "pghot-sim: --scale must be >= 1, --duration and --report-every > 0 (got {}, {}, {})",
-            args.scale, args.duration, args.report_every
-        );
-        return ExitCode::from(2);
-    }
     let mut costs = CostModel::default();
     if let Some(ns) = args.migrate_cpu_ns {
         costs.migrate_cpu_ns = ns;
@@ -288,5 +303,42 @@ fn print_timeline(r: &Report) {
             opt(row.cpu_pct, 1),
             row.latency_ns
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("pghot-sim").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn values_out_of_their_range_are_refused_by_name() {
+        for (flag, value) in [
+            ("--freq-threshold", "0"),
+            ("--freq-threshold", "65536"),
+            ("--cpu-budget-pct", "100000"),
+            ("--cpu-budget-pct", "0"),
+            ("--cpu-budget-pct", "NaN"),
+            ("--promote-window-ms", "0"),
+            ("--duration", "1e12"),
+            ("--duration", "inf"),
+            ("--duration", "-1"),
+            ("--report-every", "0"),
+            ("--scale", "0.5"),
+            ("--scale", "NaN"),
+            ("--migrate-cpu-ns", "-5"),
+        ] {
+            let err = parse(&[&format!("{flag}={value}")])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(flag), "{flag} {value}: {err}");
+        }
+        let a = parse(&["--freq-threshold", "1", "--cpu-budget-pct", "100"]).unwrap();
+        assert_eq!((a.freq_threshold, a.cpu_budget_pct), (1, 100.0));
+        let a = parse(&["--duration", "86400", "--scale", "1"]).unwrap();
+        assert_eq!((a.duration, a.scale), (86_400.0, 1.0));
     }
 }

@@ -91,6 +91,16 @@ impl Options {
                     size_mb: self.size_mb,
                 });
             }
+            // Fewer regions than clusters would shrink the hot set below what was asked (and
+            // the report, in whole MiB, to 0).
+            if self.pattern == Pattern::HotClusters
+                && self.hot_mb.saturating_mul(CLUSTERS_SPREAD) > self.size_mb
+            {
+                return Err(WorkloadError::ClustersDoNotFit {
+                    hot_mb: self.hot_mb,
+                    size_mb: self.size_mb,
+                });
+            }
         }
         if !(1..=MAX_THREADS).contains(&self.threads) {
             return bad(
@@ -130,6 +140,9 @@ impl Options {
     }
 }
 
+/// `hot-clusters` spreads its hot set 32-fold: one 64 KiB cluster per 2 MiB region.
+const CLUSTERS_SPREAD: u64 = 32;
+
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("--{name} {value}: must be {allowed}")]
@@ -140,6 +153,12 @@ pub enum WorkloadError {
     },
     #[error("--hot-mb {hot_mb} is larger than --size-mb {size_mb}")]
     HotLargerThanSize { hot_mb: u64, size_mb: u64 },
+    #[error(
+        "--pattern hot-clusters --hot-mb {hot_mb}: the hot set is one 64 KiB cluster per 2 MiB \
+         region, so {hot_mb} MiB needs --size-mb {} or more (got {size_mb})",
+        hot_mb * CLUSTERS_SPREAD
+    )]
+    ClustersDoNotFit { hot_mb: u64, size_mb: u64 },
     #[error("reading the NUMA topology: {0}")]
     Topology(#[from] TopologyError),
     #[error("--node {node}: not a memory node of this machine (memory nodes: {available})")]
@@ -187,6 +206,7 @@ impl WorkloadError {
         match self {
             WorkloadError::BadArg { .. }
             | WorkloadError::HotLargerThanSize { .. }
+            | WorkloadError::ClustersDoNotFit { .. }
             | WorkloadError::NoSuchNode { .. }
             | WorkloadError::Mmap { .. }
             | WorkloadError::Madvise { .. }
@@ -249,6 +269,28 @@ mod tests {
         };
         assert!(uniform.validate().is_ok());
         assert_eq!(options().pages(), 65536);
+        // hot-clusters: 2 MiB of clusters needs 64 MiB of regions.
+        let clusters = |size_mb| Options {
+            pattern: Pattern::HotClusters,
+            size_mb,
+            hot_mb: 2,
+            ..options()
+        };
+        let err = clusters(63).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--pattern hot-clusters --hot-mb 2: the hot set is one 64 KiB cluster per 2 MiB \
+             region, so 2 MiB needs --size-mb 64 or more (got 63)"
+        );
+        assert_eq!(err.exit_code(), EXIT_USAGE);
+        let ok = clusters(64);
+        ok.validate().unwrap();
+        let plan = pattern::Plan::new(ok.pattern, ok.pages(), ok.hot_pages(), 0, 1);
+        assert_eq!(
+            plan.hot_count(),
+            ok.hot_pages(),
+            "the hot set is what was asked"
+        );
         assert_eq!(options().hot_pages(), 8192);
     }
 }

@@ -245,7 +245,11 @@ fn config_set_reload_sighup_and_pause() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot change while pghotd runs"));
     let out = util::run_code(d.ctl().args(["config", "set", "target_nid", "2"]), 1);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("node 2 is not a top-tier memory node"));
+    // The request is the origin, not a flag the daemon was never given.
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("config set: target_nid: node 2 is not a top-tier memory node")
+    );
 
     // SIGHUP re-reads the file: the file's value replaces the one set at runtime.
     std::fs::write(&config, "freq_threshold = 4\n").unwrap();
@@ -294,6 +298,34 @@ fn config_set_reload_sighup_and_pause() {
     wait_counters(&d, |c| c["pgpromote_success"] == 10);
     let c = d.finish();
     assert_eq!(c["pgpromote_candidate"], 20);
+}
+
+#[test]
+fn config_set_takes_one_value_not_a_document() {
+    let d = Daemon::start(&[]);
+    for value in [
+        "3\npromote_rate_limit_MBps = 1",
+        "3\n[ibs]\nperiod = 200",
+        "3 # comment",
+    ] {
+        let out = util::run_code(d.ctl().args(["config", "set", "freq_threshold", value]), 1);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("config set: freq_threshold: ") && err.contains("is not one TOML value"),
+            "{value:?}: {err}"
+        );
+        assert!(!err.contains("config config"), "{err}");
+    }
+    assert_eq!(
+        stdout(d.ctl().args(["config", "get", "promote_rate_limit_MBps"])),
+        "promote_rate_limit_MBps = 65536\n"
+    );
+    assert_eq!(
+        stdout(d.ctl().args(["config", "get", "freq_threshold"])),
+        "freq_threshold = 2\n"
+    );
+    let c = d.finish();
+    assert_eq!(c["control_errors"], 3);
 }
 
 /// One sample: name, labels, value.
