@@ -158,7 +158,7 @@ fn read_machine(config: &Config) -> Result<(Arc<Topology>, ScopeTracker), Daemon
     }
     let selector = config.scope_selector().map_err(|e| {
         DaemonError::Config(ConfigError::Invalid {
-            origin: crate::config::Origin::Flag("comm"),
+            origin: config.origins.of("comm"),
             key: "comm",
             detail: e.to_string(),
         })
