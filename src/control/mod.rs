@@ -28,6 +28,7 @@
 //! other processes' addresses (config set, pause, resume, reload, migrate, record) need the peer
 //! (SO_PEERCRED) to be root or a member of `pghot`.
 
+pub mod http;
 pub mod metrics;
 pub mod migrate;
 mod plane;
@@ -110,6 +111,12 @@ pub enum ControlError {
         path.display()
     )]
     InUse { path: PathBuf },
+    #[error(
+        "control socket path {} is {what}, not a socket; pghotd replaces only a stale socket: \
+         remove it yourself or choose another --socket PATH",
+        path.display()
+    )]
+    NotASocket { path: PathBuf, what: &'static str },
     #[error("setting the permissions of {}: {source}", path.display())]
     Permissions {
         path: PathBuf,

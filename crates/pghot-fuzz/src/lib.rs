@@ -242,7 +242,7 @@ pub fn control(data: &[u8]) {
     let stop = pghotd::stop::StopToken::new();
     loop {
         let bytes = match reader.next(&mut input, &stop) {
-            Line::Closed => break,
+            Line::Closed | Line::Idle => break,
             Line::TooLong => continue, // answered with an error
             Line::Request(bytes) => bytes,
         };
