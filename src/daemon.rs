@@ -7,7 +7,7 @@
 //! The main thread never touches samples; it only waits and shuts down.
 
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -55,6 +55,11 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("opening --stats-json {}: {source}", path.display())]
+    StatsOpen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("writing stats to {}: {source}", path.display())]
     StatsWrite {
         path: PathBuf,
@@ -80,7 +85,8 @@ pub enum DaemonError {
 pub struct RunOptions {
     /// Stop after this long.
     pub duration: Option<Duration>,
-    /// Write all counters here at exit.
+    /// Write all counters here at exit (the file is opened, through `safefs::create_private`,
+    /// at start).
     pub stats_json: Option<PathBuf>,
     /// Write every received sample here as a pghot-trace v1 file.
     pub record: Option<PathBuf>,
@@ -128,11 +134,13 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     // Everything that can fail on a bad setting or a busy resource is done before the first
     // worker thread starts: the sources open, the recording file, the sockets.
     let sources = open_sources(config, &tracker)?;
+    let stats_file = open_stats_json(opts)?;
     let pipeline = build_pipeline(config, &topology, &scope, opts)?;
     let listeners = Listeners::bind(config)?;
     let running = start(config, opts, pipeline, sources, listeners, tracker)?;
 
-    let deadline = opts.duration.map(|d| started + d);
+    // A duration past what an Instant can hold is no deadline in practice.
+    let deadline = opts.duration.and_then(|d| started.checked_add(d));
     let (reason, failed, still_running) = wait_for_end(&running.events, &running.sources, deadline);
     crate::service::stopping(match reason {
         StopReason::SourcesEnded => "every source ended",
@@ -140,7 +148,21 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
         StopReason::Duration => "duration reached",
     });
     let (pipeline, failed) = running.shut_down(reason, failed, still_running);
-    finish(config, opts, &pipeline, reason, started, failed)
+    finish(config, stats_file, &pipeline, reason, started, failed)
+}
+
+/// `--stats-json`, opened now so a bad path (a planted symlink, a FIFO, a directory, another
+/// user's file) fails the start rather than the exit, and written at exit.
+fn open_stats_json(opts: &RunOptions) -> Result<Option<(PathBuf, std::fs::File)>, DaemonError> {
+    let Some(path) = &opts.stats_json else {
+        return Ok(None);
+    };
+    // Not File::create: the path may be in /tmp, where a symlink could redirect root.
+    let file = crate::safefs::create_private(path).map_err(|source| DaemonError::StatsOpen {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(Some((path.clone(), file)))
 }
 
 /// Reads the NUMA topology and checks the config against it; takes the first look at the
@@ -526,7 +548,7 @@ impl Running {
 /// Flushes the recording, writes `--stats-json`, and turns failed sources into the error.
 fn finish(
     config: &Config,
-    opts: &RunOptions,
+    stats_file: Option<(PathBuf, std::fs::File)>,
     pipeline: &Pipeline,
     reason: StopReason,
     started: Instant,
@@ -543,13 +565,9 @@ fn finish(
         stats: pipeline.stats.snapshot(),
         elapsed: started.elapsed(),
     };
-    if let Some(path) = &opts.stats_json {
-        write_stats_json(path, &summary, config, pipeline.table.len()).map_err(|source| {
-            DaemonError::StatsWrite {
-                path: path.clone(),
-                source,
-            }
-        })?;
+    if let Some((path, file)) = stats_file {
+        write_stats_json(file, &summary, config, pipeline.table.len())
+            .map_err(|source| DaemonError::StatsWrite { path, source })?;
     }
     if failed > 0 {
         return Err(DaemonError::SourcesFailed { failed });
@@ -711,7 +729,7 @@ fn wait_for_migrators(migrators: Vec<MigratorHandle>, events: &Receiver<Event>, 
 }
 
 fn write_stats_json(
-    path: &Path,
+    mut file: std::fs::File,
     summary: &RunSummary,
     config: &Config,
     tracked_pages: usize,
@@ -724,5 +742,7 @@ fn write_stats_json(
         "tracked_pages": tracked_pages,
     });
     let text = serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?;
-    std::fs::write(path, text + "\n")
+    use std::io::Write;
+    file.write_all((text + "\n").as_bytes())?;
+    file.flush()
 }

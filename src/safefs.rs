@@ -17,7 +17,7 @@
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 /// Bounds for the `/proc` files pghotd reads: each well above what a kernel writes there.
@@ -39,26 +39,30 @@ pub mod limit {
 }
 
 /// Opens `path` for writing, created with mode 0600 or truncated, refusing a symlink, a file
-/// owned by another user and a file with more than one link.
+/// owned by another user, a file with more than one link, and anything but a regular file or a
+/// character device (`/dev/null`). Opened without blocking, so a FIFO planted at the path fails
+/// (ENXIO without a reader, the type check with one) instead of hanging the daemon; the
+/// descriptor is made blocking again once it passed the checks.
 pub fn create_private(path: &Path) -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "is a symbolic link; refusing to write through it",
-                )
-            } else {
-                e
-            }
-        })?;
+        .map_err(open_error)?;
     let meta = file.metadata()?;
+    let kind = meta.file_type();
+    if !kind.is_file() && !kind.is_char_device() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "is {}, not a regular file; refusing to write to it",
+                kind_name(&meta)
+            ),
+        ));
+    }
     let me = nix::unistd::geteuid().as_raw();
     if meta.uid() != me {
         return Err(io::Error::new(
@@ -70,14 +74,89 @@ pub fn create_private(path: &Path) -> io::Result<File> {
             ),
         ));
     }
-    if meta.nlink() > 1 {
+    if kind.is_file() && meta.nlink() > 1 {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("has {} hard links; refusing to overwrite it", meta.nlink()),
         ));
     }
-    file.set_len(0)?;
+    set_blocking(&file)?;
+    if kind.is_file() {
+        file.set_len(0)?;
+    }
     Ok(file)
+}
+
+/// Opens an existing regular file for writing without creating it or following a symlink as
+/// the last component: the kernel's attribute files pghotd writes (DAMON's sysfs, debugfs's
+/// `split_huge_pages`). `truncate` as `O_TRUNC` (which sysfs ignores, and which a directory of
+/// plain files standing in for sysfs needs). Not blocking on open, for the same reason as
+/// [`create_private`].
+pub fn open_existing_for_write(path: &Path, truncate: bool) -> io::Result<File> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(truncate)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(open_error)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "is {}, not a regular file; refusing to write to it",
+                kind_name(&meta)
+            ),
+        ));
+    }
+    set_blocking(&file)?;
+    Ok(file)
+}
+
+/// ELOOP from `O_NOFOLLOW` said in words; ENXIO (a FIFO nobody reads) too.
+fn open_error(e: io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a symbolic link; refusing to write through it",
+        ),
+        Some(libc::ENXIO) => io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "is a FIFO or socket, not a regular file; refusing to write to it",
+        ),
+        _ => e,
+    }
+}
+
+fn set_blocking(file: &File) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(file, FcntlArg::F_GETFL).map_err(io::Error::from)?;
+    let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+    fcntl(file, FcntlArg::F_SETFL(flags)).map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// "a directory", "a FIFO", ... for messages.
+pub fn kind_name(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        "a regular file"
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Reads all of `path`, which must be a regular file of at most `limit` bytes. Opened without
@@ -180,6 +259,50 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("created"), &dangling).unwrap();
         assert!(create_private(&dangling).is_err());
         assert!(!dir.path().join("created").exists());
+    }
+
+    #[test]
+    fn a_fifo_or_directory_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // No reader: ENXIO rather than a wait for one.
+        let err = create_private(&fifo).unwrap_err();
+        assert!(err.to_string().contains("FIFO"), "{err}");
+        // A reader waiting (as an attacker would hold one): the type check refuses it.
+        let _reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&fifo)
+            .unwrap();
+        let err = create_private(&fifo).unwrap_err();
+        assert!(
+            err.to_string().contains("a FIFO, not a regular file"),
+            "{err}"
+        );
+        let err = open_existing_for_write(&fifo, false).unwrap_err();
+        assert!(err.to_string().contains("a FIFO"), "{err}");
+        assert!(create_private(dir.path()).is_err());
+        // /dev/null stays usable as a sink.
+        assert!(create_private(Path::new("/dev/null")).is_ok());
+    }
+
+    #[test]
+    fn an_existing_file_is_written_in_place_and_nothing_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attr");
+        std::fs::write(&path, "0\n").unwrap();
+        let mut f = open_existing_for_write(&path, false).unwrap();
+        f.write_all(b"1").unwrap();
+        drop(f);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "1\n");
+        let absent = dir.path().join("absent");
+        assert!(open_existing_for_write(&absent, true).is_err());
+        assert!(!absent.exists());
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let err = open_existing_for_write(&link, true).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
     }
 
     #[test]

@@ -255,10 +255,8 @@ impl ThpKernel for SysThp {
         // One write of at most 255 bytes; addresses must be 0x-prefixed hex.
         let line = format!("{pid},{start:#x},{end:#x},{order}");
         let path = &self.split_path;
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|source| match source.kind() {
+        let mut file = crate::safefs::open_existing_for_write(path, false).map_err(|source| {
+            match source.kind() {
                 ErrorKind::NotFound
                 | ErrorKind::PermissionDenied
                 | ErrorKind::ReadOnlyFilesystem => ThpError::SplitUnavailable {
@@ -270,7 +268,8 @@ impl ThpKernel for SysThp {
                     line: line.clone(),
                     source,
                 },
-            })?;
+            }
+        })?;
         file.write_all(line.as_bytes()).map_err(|source| {
             // Lockdown refuses the write itself with EPERM.
             if source.raw_os_error() == Some(libc::EPERM) {

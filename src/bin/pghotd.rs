@@ -96,12 +96,18 @@ fn main() -> ExitCode {
     if cli.check_config {
         return check_config(&config);
     }
+    // try_from: `Duration::from_secs_f64` panics past what a Duration holds (1e300, 2e19).
     let duration = match cli.duration {
-        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
-        Some(secs) => {
-            eprintln!("pghotd: --duration {secs}: must be a positive number of seconds");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Some(secs) => match Duration::try_from_secs_f64(secs) {
+            Ok(d) if !d.is_zero() => Some(d),
+            _ => {
+                eprintln!(
+                    "pghotd: --duration {secs}: must be a positive number of seconds, at most {}",
+                    Duration::MAX.as_secs()
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
         None => None,
     };
     let opts = RunOptions {

@@ -6,20 +6,19 @@
 //! suffix (`pghotd_tracked_pages`, `pghotd_queue_depth{node}`, ...). Label values are escaped
 //! (`\\`, `\"`, `\n`), since comm names are chosen by the processes.
 //!
-//! The server is deliberately small: HTTP/1.0-style, one request per connection, answered on
-//! the metrics thread (a scrape is one snapshot, well under a millisecond plus a table scan);
-//! a client that does not send its request within two seconds is dropped.
+//! The server (`control/http.rs`) is deliberately small: HTTP/1.0-style, one request per
+//! connection, every connection multiplexed on the metrics thread with poll(2) (a scrape is one
+//! snapshot, well under a millisecond plus a table scan). A client has two seconds for its whole
+//! request head and ten to take the answer; at most 32 connections are held.
 
 use std::fmt::Write as _;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::http::{self, Head, MAX_HEAD_BYTES};
 use super::plane::ControlPlane;
-use super::{ControlError, ServiceThread, wait_readable};
-use crate::stop::StopToken;
+use super::{ControlError, ServiceThread};
 use pghot_protocol::Snapshot;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -233,78 +232,55 @@ pub struct MetricsServer(ServiceThread);
 impl MetricsServer {
     pub fn spawn(listener: TcpListener, plane: Arc<ControlPlane>) -> io::Result<MetricsServer> {
         listener.set_nonblocking(true)?;
-        ServiceThread::spawn("pghot-metrics", move |stop| serve(&listener, &plane, &stop))
-            .map(MetricsServer)
+        ServiceThread::spawn("pghot-metrics", move |stop| {
+            http::serve(&listener, &stop, &|head| respond(head, &plane));
+        })
+        .map(MetricsServer)
     }
 
+    /// Stops the thread (within 100 ms) and closes every connection, whatever its client does.
     pub fn shutdown(self) {
         self.0.shutdown();
     }
 }
 
-fn serve(listener: &TcpListener, plane: &ControlPlane, stop: &StopToken) {
-    loop {
-        match wait_readable(listener.as_fd(), stop) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) => {
-                tracing::error!("metrics poll: {e}; not serving");
-                return;
-            }
-        }
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = answer(stream, plane) {
-                    tracing::debug!("metrics request: {e}");
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => tracing::warn!("metrics accept: {e}"),
-        }
-    }
-}
-
-fn answer(mut stream: TcpStream, plane: &ControlPlane) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    // The request head, up to 8 KiB; only its first line matters.
-    let mut head = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&chunk[..n]);
-        if head.len() > 8192 {
-            break;
-        }
-    }
-    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
-    let first = String::from_utf8_lossy(first);
-    let mut parts = first.split_whitespace();
-    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let (status, ctype, body) = match (method, path) {
-        ("GET", "/metrics") | ("GET", "/") => (
+/// The whole response to a request head: status line, headers and body.
+fn respond(head: &Head, plane: &ControlPlane) -> Vec<u8> {
+    let (status, ctype, body) = match *head {
+        Head::Request {
+            method: "GET",
+            target: "/metrics" | "/",
+        } => (
             "200 OK",
             CONTENT_TYPE,
             render(&plane.snapshot(usize::MAX, None)),
         ),
-        ("GET", _) => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
-        _ => (
+        Head::Request { method: "GET", .. } => {
+            ("404 Not Found", "text/plain", "try /metrics\n".to_string())
+        }
+        Head::Request { .. } => (
             "405 Method Not Allowed",
             "text/plain",
             "GET /metrics\n".to_string(),
         ),
+        Head::TooLarge => (
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            format!("request head over {MAX_HEAD_BYTES} bytes\n"),
+        ),
+        Head::Bad | Head::Incomplete => (
+            "400 Bad Request",
+            "text/plain",
+            "GET /metrics\n".to_string(),
+        ),
     };
-    let head = format!(
+    let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
 }
 
 #[cfg(test)]

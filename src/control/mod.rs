@@ -16,8 +16,10 @@
 //! the connection stays usable and the daemon never stops for them.
 //!
 //! Threads: `pghot-ctl` accepts and hands each connection to its own `pghot-ctl/conn` thread
-//! (at most [`server::MAX_CONNECTIONS`]; more get a `busy` answer), so a slow client only
-//! holds its own thread. `pghot-ctl/conn` threads never touch the hot path's internals: they
+//! (at most [`server::MAX_CONNECTIONS`], plus [`server::ROOT_RESERVED_CONNECTIONS`] that only
+//! peer uid 0 may take; more get a `busy` answer), so a slow client only holds its own thread,
+//! and for at most [`server::IDLE_TIMEOUT`] while it sends no complete request.
+//! `pghot-metrics` serves every metrics connection itself with poll(2) (`http.rs`). `pghot-ctl/conn` threads never touch the hot path's internals: they
 //! read the counter registry and the per-process counters (atomics and a mutex the samplers
 //! take once per 1024 samples), scan the hotness table one shard lock at a time for the
 //! per-process views, and change the daemon only through the table's policy atomics, the
@@ -28,6 +30,7 @@
 //! other processes' addresses (config set, pause, resume, reload, migrate, record) need the peer
 //! (SO_PEERCRED) to be root or a member of `pghot`.
 
+pub mod http;
 pub mod metrics;
 pub mod migrate;
 mod plane;
@@ -110,6 +113,12 @@ pub enum ControlError {
         path.display()
     )]
     InUse { path: PathBuf },
+    #[error(
+        "control socket path {} is {what}, not a socket; pghotd replaces only a stale socket: \
+         remove it yourself or choose another --socket PATH",
+        path.display()
+    )]
+    NotASocket { path: PathBuf, what: &'static str },
     #[error("setting the permissions of {}: {source}", path.display())]
     Permissions {
         path: PathBuf,

@@ -17,8 +17,18 @@ use crate::stats::Counter;
 use crate::stop::StopToken;
 use pghot_protocol::{ErrorBody, ErrorKind, MAX_REQUEST_BYTES, Request, Response, parse_request};
 
-/// Connections served at once; more get a `busy` answer and are closed.
+/// Connections served at once for peers other than root; more get a `busy` answer and are
+/// closed.
 pub const MAX_CONNECTIONS: usize = 16;
+
+/// Connections beyond [`MAX_CONNECTIONS`] that only root (peer uid 0) may open, so that members
+/// of the group holding every ordinary slot cannot lock root out.
+pub const ROOT_RESERVED_CONNECTIONS: usize = 4;
+
+/// A connection with no complete request for this long (since it opened or since its last
+/// answer) is closed. A `record` stream or a `migrate` in progress is not waiting for a
+/// request, so it is not idle.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The group whose members may change the daemon (besides root).
 pub const CONTROL_GROUP: &str = "pghot";
@@ -30,7 +40,10 @@ const RECORD_BUFFER: usize = 1 << 16;
 const TICK: Duration = Duration::from_millis(100);
 
 /// Creates the socket's directory, binds, sets mode 0660 and group `pghot` (when it exists).
-/// A socket file left by a daemon that died is replaced; one a live daemon answers on is not.
+/// Something already at the path is replaced only when lstat(2) says it is a socket (not a
+/// symlink to one) and nobody answers on it: a socket left by a daemon that died. A live
+/// daemon's socket, a regular file, a directory, a FIFO or a symlink (dangling or not) is an
+/// error naming the path, and is left as it was.
 pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
@@ -44,9 +57,17 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         path: path.to_path_buf(),
         source,
     };
-    let listener = match UnixListener::bind(path) {
-        Ok(l) => l,
-        Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(bind_err(e)),
+        Ok(meta) => {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(ControlError::NotASocket {
+                    path: path.to_path_buf(),
+                    what: crate::safefs::kind_name(&meta),
+                });
+            }
             if UnixStream::connect(path).is_ok() {
                 return Err(ControlError::InUse {
                     path: path.to_path_buf(),
@@ -54,18 +75,32 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
             }
             tracing::info!("replacing stale control socket {}", path.display());
             std::fs::remove_file(path).map_err(bind_err)?;
-            UnixListener::bind(path).map_err(bind_err)?
         }
-        Err(e) => return Err(bind_err(e)),
-    };
+    }
+    // A path that appeared since the lstat is not removed: bind fails with EADDRINUSE.
+    let listener = UnixListener::bind(path).map_err(bind_err)?;
     let perm_err = |source| ControlError::Permissions {
         path: path.to_path_buf(),
         source,
     };
+    // chmod(2) follows symlinks: check the path is still the socket just bound.
+    let still_socket = std::fs::symlink_metadata(path).map_err(perm_err)?;
+    if !std::os::unix::fs::FileTypeExt::is_socket(&still_socket.file_type()) {
+        return Err(ControlError::NotASocket {
+            path: path.to_path_buf(),
+            what: crate::safefs::kind_name(&still_socket),
+        });
+    }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(perm_err)?;
     if let Some(gid) = control_gid() {
-        nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(gid)))
-            .map_err(|e| perm_err(e.into()))?;
+        nix::unistd::fchownat(
+            nix::fcntl::AT_FDCWD,
+            path,
+            None,
+            Some(nix::unistd::Gid::from_raw(gid)),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| perm_err(e.into()))?;
     }
     Ok(listener)
 }
@@ -112,11 +147,15 @@ impl std::fmt::Display for Peer {
     }
 }
 
-/// SO_PEERCRED, and the peer's groups from /proc/PID/status. A peer whose credentials cannot
-/// be read may only read.
-fn peer_of(stream: &UnixStream, control_gid: Option<u32>) -> Peer {
-    let Ok(cred) = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
-    else {
+/// SO_PEERCRED.
+fn peer_credentials(stream: &UnixStream) -> Option<nix::sys::socket::UnixCredentials> {
+    nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials).ok()
+}
+
+/// The credentials, and the peer's groups from /proc/PID/status. A peer whose credentials
+/// cannot be read may only read.
+fn peer_of(cred: Option<nix::sys::socket::UnixCredentials>, control_gid: Option<u32>) -> Peer {
+    let Some(cred) = cred else {
         return Peer {
             pid: -1,
             uid: u32::MAX,
@@ -195,7 +234,9 @@ fn accept_loop(
                 continue;
             }
         };
-        if active.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+        let cred = peer_credentials(&stream);
+        let root = cred.is_some_and(|c| c.uid() == 0);
+        if !slot_free(active.load(Ordering::Relaxed), root) {
             let _ = stream.set_nonblocking(false);
             let _ = stream.set_write_timeout(Some(TICK));
             let body = ErrorBody::new(
@@ -213,12 +254,18 @@ fn accept_loop(
             .name("pghot-ctl/conn".into())
             .spawn(move || {
                 let _guard = guard;
-                serve(stream, &plane, &stop, gid);
+                serve(stream, &plane, &stop, peer_of(cred, gid));
             });
         if let Err(e) = spawned {
             tracing::warn!("control connection thread: {e}");
         }
     }
+}
+
+/// Whether a new connection may be served with `active` open: the ordinary slots for anyone,
+/// the reserved ones for root only.
+pub fn slot_free(active: usize, root: bool) -> bool {
+    active < MAX_CONNECTIONS || (root && active < MAX_CONNECTIONS + ROOT_RESERVED_CONNECTIONS)
 }
 
 struct ActiveGuard(Arc<AtomicUsize>);
@@ -234,6 +281,8 @@ pub enum Line {
     Request(Vec<u8>),
     TooLong,
     Closed,
+    /// No complete line before the deadline.
+    Idle,
 }
 
 /// Reads newline-framed requests of at most [`MAX_REQUEST_BYTES`]; the rest of an over-long
@@ -260,6 +309,18 @@ impl LineReader {
     }
 
     pub fn next(&mut self, stream: &mut impl Read, stop: &StopToken) -> Line {
+        self.next_before(stream, stop, None)
+    }
+
+    /// As [`LineReader::next`], giving up with [`Line::Idle`] once `deadline` has passed
+    /// without a complete line: one deadline for the whole line, however the bytes trickle in.
+    /// The stream needs a read timeout for the deadline to be seen while no byte comes.
+    pub fn next_before(
+        &mut self,
+        stream: &mut impl Read,
+        stop: &StopToken,
+        deadline: Option<Instant>,
+    ) -> Line {
         loop {
             if let Some(i) = self.buf[self.start..].iter().position(|&b| b == b'\n') {
                 let line = self.buf[self.start..self.start + i].to_vec();
@@ -268,6 +329,9 @@ impl LineReader {
                     return Line::TooLong;
                 }
                 return Line::Request(line);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Line::Idle;
             }
             // Compact what was consumed.
             self.buf.drain(..self.start);
@@ -296,8 +360,7 @@ impl LineReader {
     }
 }
 
-fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, gid: Option<u32>) {
-    let peer = peer_of(&stream, gid);
+fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, peer: Peer) {
     let configured = stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_read_timeout(Some(TICK)))
@@ -309,8 +372,13 @@ fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, gid: Op
     }
     let mut reader = LineReader::new();
     loop {
-        let answer = match reader.next(&mut stream, stop) {
+        let idle_deadline = Instant::now() + IDLE_TIMEOUT;
+        let answer = match reader.next_before(&mut stream, stop, Some(idle_deadline)) {
             Line::Closed => return,
+            Line::Idle => {
+                tracing::debug!("control {peer}: idle for {IDLE_TIMEOUT:?}; closed");
+                return;
+            }
             Line::TooLong => Err(ErrorBody::new(
                 ErrorKind::TooLarge,
                 format!("request longer than {MAX_REQUEST_BYTES} bytes (64 KiB); not read"),
@@ -426,7 +494,8 @@ fn record(
     let Ok(mut out) = TraceWriter::new(BufWriter::with_capacity(1 << 16, write_half)) else {
         return;
     };
-    let deadline = duration.map(|d| Instant::now() + d);
+    // A duration past what an Instant holds (`duration_s` 1e19) is no deadline in practice.
+    let deadline = duration.and_then(|d| Instant::now().checked_add(d));
     let mut samples = 0u64;
     let ended = loop {
         if stop.is_stopped() || plane.stop_token().is_stopped() {
@@ -504,6 +573,56 @@ mod tests {
         got.sort_unstable();
         assert_eq!(got, want);
         assert!(supplementary_groups(-1).is_empty());
+    }
+
+    #[test]
+    fn root_has_slots_the_others_cannot_take() {
+        assert!(slot_free(MAX_CONNECTIONS - 1, false));
+        assert!(!slot_free(MAX_CONNECTIONS, false));
+        assert!(slot_free(MAX_CONNECTIONS, true));
+        let all = MAX_CONNECTIONS + ROOT_RESERVED_CONNECTIONS;
+        assert!(slot_free(all - 1, true));
+        assert!(!slot_free(all, true));
+    }
+
+    #[test]
+    fn a_line_that_trickles_in_past_the_deadline_is_idle() {
+        let (mut client, mut server) = UnixStream::pair().unwrap();
+        server
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let stop = StopToken::new();
+        let mut reader = LineReader::new();
+        // Half a line, then a byte every 30 ms: the deadline is for the line, not per byte.
+        client.write_all(b"{\"v\":1,").unwrap();
+        let writer = std::thread::spawn(move || {
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(30));
+                if client.write_all(b" ").is_err() {
+                    break;
+                }
+            }
+            client
+        });
+        let started = Instant::now();
+        let deadline = started + Duration::from_millis(200);
+        assert!(matches!(
+            reader.next_before(&mut server, &stop, Some(deadline)),
+            Line::Idle
+        ));
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(200) && took < Duration::from_secs(1),
+            "{took:?}"
+        );
+        let mut client = writer.join().unwrap();
+        // A complete line is still read before its deadline.
+        client.write_all(b"\n").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        assert!(matches!(
+            reader.next_before(&mut server, &stop, Some(deadline)),
+            Line::Request(_)
+        ));
     }
 
     #[test]

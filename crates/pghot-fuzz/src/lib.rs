@@ -8,8 +8,9 @@
 //!
 //! Targets: [`perf_records`] (ring drain, record parser, IBS and page-fault decoders),
 //! [`ibs_raw`] (the IBS RAW payload and classification), [`trace`] (line framing and the line
-//! parser), [`config`] (the TOML config file), [`config_set`] (one `config set` value) and
-//! [`control`] (request framing and parsing).
+//! parser), [`config`] (the TOML config file), [`config_set`] (one `config set` value),
+//! [`control`] (request framing and parsing) and [`metrics_head`] (the metrics server's HTTP
+//! request head).
 
 use std::io::BufReader;
 use std::path::Path;
@@ -282,7 +283,7 @@ pub fn control(data: &[u8]) {
     let stop = pghotd::stop::StopToken::new();
     loop {
         let bytes = match reader.next(&mut input, &stop) {
-            Line::Closed => break,
+            Line::Closed | Line::Idle => break,
             Line::TooLong => continue, // answered with an error
             Line::Request(bytes) => bytes,
         };
@@ -314,5 +315,48 @@ pub fn control(data: &[u8]) {
             // What the server does with it: an answer, never a panic.
             let _ = pghotd::control::server::record_duration(s);
         }
+    }
+}
+
+/// Bytes received on a metrics connection, as the server sees them arrive: every prefix is
+/// parsed, and once a prefix gives an answer (not `Incomplete`) every longer one gives the same
+/// answer, so how the bytes are split across reads never matters. A request's method and
+/// target are non-empty words of the first line; `Incomplete` only while no blank line has
+/// arrived and the bytes are within the head bound.
+pub fn metrics_head(data: &[u8]) {
+    use pghotd::control::http::{Head, MAX_HEAD_BYTES, parse_head};
+    let whole = parse_head(data);
+    let mut first: Option<(usize, Head)> = None;
+    // Every prefix of a short input; of a long one, a sample (every parse scans its prefix),
+    // always with the ends around the head bound.
+    let n = data.len();
+    let mut ends: Vec<usize> = (0..=n.min(512)).collect();
+    ends.extend((1..=64).map(|k| n * k / 64));
+    ends.extend((MAX_HEAD_BYTES - 1..=MAX_HEAD_BYTES + 1).filter(|&e| e <= n));
+    ends.sort_unstable();
+    ends.dedup();
+    for end in ends {
+        let head = parse_head(&data[..end]);
+        match &first {
+            Some((at, answer)) => assert_eq!(&head, answer, "prefix {end} vs {at}: {data:?}"),
+            None if head != Head::Incomplete => first = Some((end, head)),
+            None => {}
+        }
+    }
+    match (&first, &whole) {
+        (None, Head::Incomplete) => {
+            assert!(data.len() <= MAX_HEAD_BYTES);
+            assert!(!data.windows(2).any(|w| w == b"\n\n"), "{data:?}");
+            assert!(!data.windows(3).any(|w| w == b"\n\r\n"), "{data:?}");
+        }
+        (Some((_, answer)), whole) => assert_eq!(answer, whole),
+        (None, whole) => panic!("{whole:?} for the whole input but Incomplete for it as a prefix"),
+    }
+    if let Head::Request { method, target } = whole {
+        let line = data.split(|&b| b == b'\n').next().unwrap_or_default();
+        let line = String::from_utf8_lossy(line);
+        assert!(line.starts_with(&format!("{method} {target}")), "{line:?}");
+        assert!(!method.is_empty() && method.bytes().all(|b| b.is_ascii_uppercase()));
+        assert!(!target.is_empty() && !target.contains(char::is_whitespace));
     }
 }

@@ -209,8 +209,50 @@ fn control_input() -> impl Strategy<Value = Vec<u8>> {
     proptest::collection::vec(line, 0..5).prop_map(|l| l.join("\n").into_bytes())
 }
 
+/// HTTP request heads as scrapers send them, some damaged, some cut short, some padded.
+fn metrics_head_input() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop::sample::select(vec!["GET", "POST", "HEAD", "get", ""]);
+    let target = prop::sample::select(vec!["/metrics", "/", "/x?y=1", "*", "", "/a b"]);
+    let version = prop::sample::select(vec![" HTTP/1.1", " HTTP/1.0", "", " HTTP/", " FTP/1"]);
+    let eol = prop::sample::select(vec!["\r\n", "\n", "\r"]);
+    let headers = proptest::collection::vec("[ -~]{0,24}", 0..4);
+    (method, target, version, eol, headers, any::<bool>())
+        .prop_map(|(m, t, v, eol, headers, blank)| {
+            let mut text = format!("{m} {t}{v}{eol}");
+            for h in headers {
+                text.push_str(&format!("{h}{eol}"));
+            }
+            if blank {
+                text.push_str(eol);
+            }
+            text.into_bytes()
+        })
+        .prop_flat_map(|base| {
+            let n = base.len();
+            (
+                Just(base),
+                proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+                0..=n,
+                prop_oneof![8 => Just(0usize), 1 => Just(1), 1 => Just(2)],
+            )
+        })
+        .prop_map(|(base, hits, cut, pad)| {
+            let mut out = damaged(base, hits);
+            out.truncate(cut.max(out.len() / 2));
+            // Sometimes past the head bound.
+            out.extend(std::iter::repeat_n(b'a', pad * 4500));
+            out
+        })
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    #[test]
+    fn metrics_head_random(data in bytes(512)) { fuzz::metrics_head(&data) }
+
+    #[test]
+    fn metrics_head_structured(data in metrics_head_input()) { fuzz::metrics_head(&data) }
 
     #[test]
     fn perf_records_random(data in bytes(1024)) { fuzz::perf_records(&data) }
@@ -264,6 +306,12 @@ mod regressions {
     #[test]
     fn record_duration_beyond_duration_max() {
         fuzz::control(b"{\"v\":1,\"req\":\"record\",\"duration_s\":1e300}\n");
+    }
+
+    /// A head that ends with `\n\r\n` (a bare LF line, then CRLF) ends at its blank line too.
+    #[test]
+    fn metrics_head_mixed_line_ends() {
+        fuzz::metrics_head(b"GET /metrics\n\r\nHost: x\r\n\r\n");
     }
 
     /// An off control socket reads back as null from `config get`; the round trip must turn it

@@ -93,8 +93,12 @@ impl Admin {
 
     pub fn write(&self, rel: &str, value: &str) -> Result<(), SourceError> {
         let path = self.path(rel);
-        // One write(2) of the whole value, as sysfs wants.
-        std::fs::write(&path, value).map_err(io("writing", &path))
+        // One write(2) of the whole value, as sysfs wants; the attribute must exist (no
+        // create, no truncate, no symlink followed).
+        use std::io::Write;
+        crate::safefs::open_existing_for_write(&path, true)
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+            .map_err(io("writing", &path))
     }
 
     fn nr_kdamonds(&self) -> Result<u32, SourceError> {
