@@ -36,6 +36,14 @@ pub mod limit {
     /// `/proc/PID/maps` and `numa_maps`: a line per mapping (at most `vm.max_map_count`, 65530
     /// by default) of about 75 bytes plus the file's path (at most PATH_MAX, 4096).
     pub const MAPS: usize = 256 << 20;
+    /// One sysfs or sysctl attribute (a number, a CPU list, a node's meminfo): sysfs attributes
+    /// are at most a page (Documentation/filesystems/sysfs.rst), this leaves room to spare.
+    pub const ATTRIBUTE: usize = 64 << 10;
+    /// A cgroup's `cgroup.procs`: a pid per line, up to PID_MAX_LIMIT (4 Mi) pids of at most 8
+    /// bytes each.
+    pub const CGROUP_PROCS: usize = 32 << 20;
+    /// `/etc/group` (static builds read it themselves).
+    pub const GROUP_FILE: usize = 16 << 20;
 }
 
 /// Opens `path` for writing, created with mode 0600 or truncated, refusing a symlink, a file
@@ -184,6 +192,12 @@ pub fn read_bounded(path: &Path, limit: usize) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// [`read_bounded`] as text; bytes that are not UTF-8 are an error.
+pub fn read_text(path: &Path, limit: usize) -> io::Result<String> {
+    String::from_utf8(read_bounded(path, limit)?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text; not read"))
+}
+
 /// Reads `path` with [`read_bounded`] and parses it with the `procfs` crate's parser for `T`.
 /// Errors carry no path: callers name it in their own error types.
 pub fn read_proc<T: procfs::FromRead>(path: &Path, limit: usize) -> procfs::ProcResult<T> {
@@ -195,6 +209,18 @@ pub fn read_proc<T: procfs::FromRead>(path: &Path, limit: usize) -> procfs::Proc
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn text_reads_are_bounded_and_refuse_bytes_that_are_not_utf8() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("attr");
+        std::fs::write(&path, "0-3\n").unwrap();
+        assert_eq!(read_text(&path, 16).unwrap(), "0-3\n");
+        assert!(read_text(&path, 3).is_err());
+        std::fs::write(&path, [0xff, 0xfe]).unwrap();
+        let err = read_text(&path, 16).unwrap_err();
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
+    }
 
     #[test]
     fn bounded_reads_refuse_long_files_and_non_files() {

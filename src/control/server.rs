@@ -111,9 +111,12 @@ pub fn control_gid() -> Option<u32> {
     // nsswitch.conf names (libnss_systemd on most hosts), which pulls a second libc into the
     // process and crashes it. Static builds (the QEMU rig's) read /etc/group themselves.
     if cfg!(target_feature = "crt-static") {
-        return std::fs::read_to_string("/etc/group")
-            .ok()
-            .and_then(|text| gid_in_group_file(&text, CONTROL_GROUP));
+        return crate::safefs::read_text(
+            std::path::Path::new("/etc/group"),
+            crate::safefs::limit::GROUP_FILE,
+        )
+        .ok()
+        .and_then(|text| gid_in_group_file(&text, CONTROL_GROUP));
     }
     nix::unistd::Group::from_name(CONTROL_GROUP)
         .ok()

@@ -26,7 +26,10 @@ pub fn collect_procs(dir: &Path, out: &mut BTreeSet<u32>) -> bool {
     }
     let mut stack: Vec<(PathBuf, usize)> = vec![(dir.to_path_buf(), 0)];
     while let Some((dir, depth)) = stack.pop() {
-        if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        if let Ok(text) = crate::safefs::read_text(
+            &dir.join("cgroup.procs"),
+            crate::safefs::limit::CGROUP_PROCS,
+        ) {
             out.extend(
                 text.lines()
                     .filter_map(|l| l.trim().parse::<u32>().ok())

@@ -26,7 +26,7 @@ impl SysfsRoot {
     /// The file's contents, trimmed.
     pub fn read(&self, rel: &str) -> Result<String, TopologyError> {
         let path = self.path(rel);
-        std::fs::read_to_string(&path)
+        crate::safefs::read_text(&path, crate::safefs::limit::ATTRIBUTE)
             .map(|s| s.trim().to_string())
             .map_err(|source| TopologyError::Read { path, source })
     }

@@ -76,7 +76,7 @@ impl Admin {
 
     pub fn read(&self, rel: &str) -> Result<String, SourceError> {
         let path = self.path(rel);
-        std::fs::read_to_string(&path)
+        crate::safefs::read_text(&path, crate::safefs::limit::ATTRIBUTE)
             .map(|s| s.trim().to_string())
             .map_err(io("reading", &path))
     }
@@ -244,7 +244,7 @@ pub fn recover(admin: &Admin, run_dir: &Path) -> Result<(), SourceError> {
         {
             continue;
         }
-        let Some(state) = std::fs::read_to_string(&path)
+        let Some(state) = crate::safefs::read_text(&path, crate::safefs::limit::ATTRIBUTE)
             .ok()
             .and_then(|t| StateFile::parse(&t))
         else {
@@ -478,7 +478,8 @@ pub fn read_regions(scheme_dir: &Path, out: &mut Vec<Region>) -> Result<(), Sour
     let dir = scheme_dir.join("tried_regions");
     let entries = std::fs::read_dir(&dir).map_err(io("listing", &dir))?;
     let num = |path: PathBuf| -> Result<u64, SourceError> {
-        let text = std::fs::read_to_string(&path).map_err(io("reading", &path))?;
+        let text = crate::safefs::read_text(&path, crate::safefs::limit::ATTRIBUTE)
+            .map_err(io("reading", &path))?;
         text.trim().parse().map_err(|_| {
             damon_err(format!(
                 "{}: '{}' is not a number",

@@ -175,9 +175,17 @@ pub fn open_cpu(plan: &PerfPlan, cpu: u32, ring_pages: usize) -> Result<CpuEvent
     })
 }
 
+/// `kernel.perf_event_paranoid`, one integer in a sysctl file.
+fn read_paranoid() -> std::io::Result<String> {
+    crate::safefs::read_text(
+        std::path::Path::new("/proc/sys/kernel/perf_event_paranoid"),
+        crate::safefs::limit::ATTRIBUTE,
+    )
+}
+
 /// The likely cause of a perf_event_open errno, in the words an operator can act on.
 pub fn hint(errno: Option<i32>, cpu: u32) -> String {
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+    let paranoid = read_paranoid()
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
     match errno {
@@ -214,11 +222,7 @@ const CAP_PERFMON: u32 = 38;
 /// still run, so a kernel that decides otherwise wins; their errors repeat the reason.
 pub fn privilege_warning() -> Option<String> {
     // One integer in a sysctl file; the procfs crate has no reader for this one.
-    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let paranoid: i32 = read_paranoid().ok()?.trim().parse().ok()?;
     let status: procfs::process::Status = crate::safefs::read_proc(
         std::path::Path::new("/proc/self/status"),
         crate::safefs::limit::STATUS,
