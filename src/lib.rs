@@ -21,6 +21,7 @@ pub mod daemon;
 pub mod generate;
 pub mod hotness;
 pub mod ingest;
+pub mod logging;
 pub mod migrator;
 pub mod movepages;
 pub mod pidstats;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::Parser;
 use pghotd::config::{Config, SettingArgs};
 use pghotd::daemon::{self, DaemonError, RunOptions};
+use pghotd::logging::{self, LogFormat};
 
 /// Promotes the pages processes touch most while they sit on a slow memory tier.
 #[derive(Debug, Parser)]
@@ -30,9 +31,14 @@ struct Cli {
     /// Record every received sample to this file in the pghot-trace v1 format.
     #[arg(long, value_name = "PATH")]
     record: Option<PathBuf>,
-    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
-    #[arg(long, value_name = "FILTER", default_value = "info")]
-    log: String,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive) [default:
+    /// $PGHOTD_LOG, else $RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+    /// Log line format: auto is journald when stderr is the journal's stream (no timestamp,
+    /// syslog priority prefixes), else text (coloured only on a terminal).
+    #[arg(long, value_name = "FORMAT", value_enum, default_value_t)]
+    log_format: LogFormat,
     /// Print the man page or a shell completion script and exit (used to build packages).
     #[arg(long, value_name = "KIND", hide = true)]
     generate: Option<pghotd::generate::Generated>,
@@ -69,18 +75,11 @@ fn main() -> ExitCode {
             }
         };
     }
-    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("pghotd: --log {}: {e}", cli.log);
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_thread_names(true)
-        .init();
+    let filter = cli.log.clone().unwrap_or_else(logging::default_filter);
+    if let Err(e) = logging::init(&filter, cli.log_format) {
+        eprintln!("pghotd: --log {filter}: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
 
     let config = match Config::load(cli.config.as_deref(), &cli.tunables) {
         Ok(c) => c,
