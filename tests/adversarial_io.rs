@@ -117,6 +117,20 @@ impl Daemon {
     }
 }
 
+/// Waits until something accepts on `addr`: the daemon binds its control socket before its
+/// metrics port, so the control socket answering does not mean the port is bound yet.
+fn wait_for_tcp(addr: &str, d: &Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no metrics port; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -379,6 +393,7 @@ fn scrapes_and_sigterm_are_prompt_while_slow_and_idle_metrics_clients_connect() 
         .port();
     let addr = format!("127.0.0.1:{port}");
     let d = Daemon::start(&["--metrics-listen", &addr]);
+    wait_for_tcp(&addr, &d);
     // 20 clients that send a byte of their request every 1.5 s (each byte used to restart a
     // 2 s read timeout), and 20 that connect and send nothing: more than the connection cap.
     let slow: Vec<TcpStream> = (0..20)
@@ -448,6 +463,7 @@ fn metrics_answers_bad_and_oversized_heads_and_keeps_serving() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let d = Daemon::start(&["--metrics-listen", &addr]);
+    wait_for_tcp(&addr, &d);
     let ask = |bytes: &[u8]| {
         let mut s = TcpStream::connect(&addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
