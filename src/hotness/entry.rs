@@ -61,7 +61,11 @@ pub(crate) const FLAG_PROMOTED: u8 = 2;
 
 /// One tracked page. Kept at 24 bytes so that, with the table's 3/4 load limit, a tracked
 /// page costs 32 bytes of memory.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+///
+/// `Zeroable`: the empty slot is all zero bytes, so a shard's slots come from a zeroed
+/// allocation (calloc: pages the kernel maps on first touch), not from a loop that writes every
+/// slot at start.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct Entry {
     pub(crate) key: u64,

@@ -34,7 +34,7 @@ impl Shard {
         let capacity = capacity.max(1);
         let slots = (capacity * 4).div_ceil(3).max(capacity + 1);
         Shard {
-            slots: vec![Entry::default(); slots].into_boxed_slice(),
+            slots: bytemuck::allocation::zeroed_slice_box(slots),
             len: 0,
             capacity,
             now_ms: 0,
@@ -176,6 +176,13 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zeroed_slot_is_the_empty_default_entry() {
+        let slots: Box<[Entry]> = bytemuck::allocation::zeroed_slice_box(3);
+        assert!(slots.iter().all(|e| *e == Entry::default() && e.key == 0));
+        assert_eq!(Shard::new(6).slots.len(), 8);
+    }
 
     fn key(i: u64) -> PageKey {
         PageKey::new(1 + (i % 7) as u32, i << 12).unwrap()
