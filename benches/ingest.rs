@@ -48,9 +48,10 @@ use std::time::{Duration, Instant};
 use pghotd::admission::{Admission, AdmissionConfig};
 use pghotd::hotness::candidate::candidate_queue;
 use pghotd::hotness::{Access, Entry, HotTable, HotnessConfig, PageKey, Recorded};
-use pghotd::ingest::{Ingest, Scope};
+use pghotd::ingest::Ingest;
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::SampleSink;
+use pghotd::scope::Scope;
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{NodeId, SysfsRoot, Topology};
 

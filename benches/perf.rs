@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use pghotd::hotness::candidate::candidate_queue;
 use pghotd::hotness::{HotTable, HotnessConfig};
-use pghotd::ingest::{Ingest, Scope};
+use pghotd::ingest::Ingest;
 use pghotd::sample::Sample;
 use pghotd::sampler::SampleSink;
 use pghotd::sampler::hwplan::{ibs_decoding_plan, ibs_raw};
@@ -34,6 +34,7 @@ use pghotd::sampler::pagefault::{PageFaultConfig, plan as pagefault_plan};
 use pghotd::sampler::perf::record::{SampleRecord, build};
 use pghotd::sampler::perf::ring::{Ring, RingWriter};
 use pghotd::sampler::perf::{CpuReader, PerfPlan};
+use pghotd::scope::Scope;
 use pghotd::stats::{Counter, Stats};
 use pghotd::topology::{SysfsRoot, Topology};
 use rand_xoshiro::SplitMix64;

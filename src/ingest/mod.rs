@@ -37,7 +37,7 @@ use crate::pidstats::{LocalPids, PidStats};
 use crate::sample::{DataSource, Sample};
 use crate::sampler::trace::TraceWriter;
 use crate::sampler::{SampleSink, SinkFactory};
-pub use crate::scope::Scope;
+use crate::scope::Scope;
 use crate::stats::{Counter, LocalCounts, Stats};
 use crate::topology::{NodeId, Topology};
 use resolve::{NodeResolver, Resolved};
