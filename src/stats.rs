@@ -238,6 +238,9 @@ counters! {
     SoftdirtyScanNs => "softdirty_scan_ns",
     /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`.
     SoftdirtyBudgetStretches => "softdirty_budget_stretches",
+    /// Soft-dirty passes skipped over a process in a followed scope whose /proc files pghotd
+    /// may not open (another user's process without CAP_DAC_OVERRIDE).
+    SoftdirtyDenied => "softdirty_denied",
     /// Moves refused before move_pages: the pid is not in scope (now).
     ScopeRefusedOutOfScope => "scope_refused_out_of_scope",
     /// Moves refused before move_pages: the pid's number belongs to another process now.

@@ -123,6 +123,22 @@ fn software_sources_need_selected_processes() {
     }
 }
 
+/// pghotd's arguments: softdirty over the processes named `comm`, a pass every 200 ms for 2 s,
+/// counters to `stats`.
+fn softdirty_of_comm(cmd: &mut Command, comm: &str, stats: &Path) {
+    cmd.args(["--source", "softdirty", "--comm", comm, "--dry-run"])
+        .args([
+            "--softdirty-interval-ms",
+            "200",
+            "--duration",
+            "2",
+            "--stats-json",
+        ])
+        .arg(stats)
+        .arg("--sysfs-root")
+        .arg(util::qemu_3node());
+}
+
 #[test]
 fn softdirty_follows_a_command_regex() {
     let dir = tempfile::tempdir().unwrap();
@@ -133,23 +149,7 @@ fn softdirty_follows_a_command_regex() {
     let stats = dir.path().join("stats.json");
     let _wl = Workload::start_as(Command::new(&exe), "4");
     let mut cmd = util::pghotd();
-    cmd.args([
-        "--source",
-        "softdirty",
-        "--comm",
-        "^pghot-sd-comm$",
-        "--dry-run",
-    ])
-    .args([
-        "--softdirty-interval-ms",
-        "200",
-        "--duration",
-        "2",
-        "--stats-json",
-    ])
-    .arg(&stats)
-    .arg("--sysfs-root")
-    .arg(util::qemu_3node());
+    softdirty_of_comm(&mut cmd, "^pghot-sd-comm$", &stats);
     if pghotd::sampler::softdirty::check_support().is_err() {
         let out = util::run_code(&mut cmd, 3);
         let err = String::from_utf8_lossy(&out.stderr);
@@ -163,6 +163,47 @@ fn softdirty_follows_a_command_regex() {
     let get = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
     assert!(get("softdirty_scans") >= 5, "{c:#?}");
     assert!(get("softdirty_dirty_pages") >= 1024, "{c:#?}");
+}
+
+/// The service runs as root without CAP_DAC_OVERRIDE (systemd/pghotd.service leaves it out
+/// unless granted): another user's process in a followed scope has /proc files pghotd may not
+/// open (clear_refs 0200, pagemap 0400). It is skipped and counted; pghotd keeps running.
+#[test]
+fn softdirty_skips_processes_it_may_not_open_and_keeps_running() {
+    if !nix::unistd::geteuid().is_root() || pghotd::sampler::softdirty::check_support().is_err() {
+        eprintln!("skipped: needs root (a process of another user) and soft-dirty tracking");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = dir.path().join("pghot-sd-other");
+    std::fs::copy(util::workspace_bin("pghot-workload"), &exe).unwrap();
+    let mut as_nobody = Command::new(&exe);
+    as_nobody.uid(65534).gid(65534);
+    let _wl = Workload::start_as(as_nobody, "4");
+    let stats = dir.path().join("stats.json");
+    // setpriv (util-linux): the bounding set of the unit, minus nothing else pghotd needs.
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--bounding-set", "-dac_override,-dac_read_search", "--"])
+        .arg(util::workspace_bin("pghotd"));
+    softdirty_of_comm(&mut cmd, "^pghot-sd-other$", &stats);
+    let out = util::run(&mut cmd, true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("need CAP_DAC_OVERRIDE"), "{err}");
+    assert_eq!(
+        err.matches("softdirty: skipping pid").count(),
+        1,
+        "said once: {err}"
+    );
+    let c = util::counters(&stats);
+    let get = |k: &str| c.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    assert!(
+        get("softdirty_denied") >= 5,
+        "a pass every 200 ms for 2 s: {c:#?}"
+    );
+    assert_eq!(get("source_softdirty_samples"), 0, "{c:#?}");
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn the_unit_passes_systemd_analyze_verify() {
 }
 
 /// Recorded in packaging/README.md; lower is better. A change that raises it must say why.
-const EXPOSURE_RECORDED: f64 = 2.8;
+const EXPOSURE_RECORDED: f64 = 3.0;
 
 #[test]
 fn the_unit_security_exposure_stays_at_the_recorded_level() {

@@ -161,6 +161,10 @@ pub fn check_support() -> Result<(), SourceError> {
 enum PassError {
     /// The process is gone (or going).
     Gone,
+    /// Its /proc files refused pghotd: another user's process without CAP_DAC_OVERRIDE
+    /// (clear_refs is mode 0200 and pagemap 0400, owned by the process's user;
+    /// fs/proc/base.c).
+    Denied(SourceError),
     Io(SourceError),
 }
 
@@ -193,6 +197,8 @@ impl SoftDirtySource {
             move |source: io::Error| {
                 if !procpid::pid_alive(pid) {
                     PassError::Gone
+                } else if source.kind() == io::ErrorKind::PermissionDenied {
+                    PassError::Denied(SourceError::Io { op, path, source })
                 } else {
                     PassError::Io(SourceError::Io { op, path, source })
                 }
@@ -200,8 +206,15 @@ impl SoftDirtySource {
         };
         let proc_gone_or = |op: &'static str, path: String| {
             move |source: procfs::ProcError| {
+                let denied = matches!(source, procfs::ProcError::PermissionDenied(_));
                 if !procpid::pid_alive(pid) {
                     PassError::Gone
+                } else if denied {
+                    PassError::Denied(SourceError::Proc {
+                        op,
+                        path,
+                        source: Box::new(source),
+                    })
                 } else {
                     PassError::Io(SourceError::Proc {
                         op,
@@ -290,6 +303,7 @@ impl Source for SoftDirtySource {
         let mut primed = Primed::default();
         let interval = Duration::from_millis(u64::from(self.config.interval_ms));
         let mut dirty = Vec::new();
+        let mut denied_warned = false;
         let mut next = Instant::now();
         while crate::stop::wait_until(next, stop) {
             let pids = match &mut live {
@@ -318,6 +332,23 @@ impl Source for SoftDirtySource {
                         // The scope tracker drops it at its next refresh.
                         Live::Followed(_) => primed.forget(pid),
                     },
+                    // A pid the operator named must be watched: say why it cannot be.
+                    Err(PassError::Denied(e)) if matches!(live, Live::Explicit(_)) => {
+                        return Err(e);
+                    }
+                    // A followed scope may hold processes pghotd cannot open: skip them,
+                    // say so once, count each pass.
+                    Err(PassError::Denied(e)) => {
+                        sink.count(Counter::SoftdirtyDenied, 1);
+                        if !denied_warned {
+                            denied_warned = true;
+                            tracing::warn!(
+                                "softdirty: skipping pid {pid} (and any other process it may not \
+                                 open; counted in softdirty_denied): {e}; the /proc files of \
+                                 another user's process need CAP_DAC_OVERRIDE"
+                            );
+                        }
+                    }
                     Err(PassError::Io(e)) => return Err(e),
                 }
             }

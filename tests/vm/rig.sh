@@ -21,6 +21,7 @@ all_scenarios=(baseline numab2 damon pghotd-emu pghotd-softdirty pghotd-damon)
 usage() {
 	cat >&2 <<'EOF'
 usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
+       tests/vm/rig.sh --guest debian [OPTIONS] service   (Debian with systemd; --guest debian -h)
   SCENARIO            baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon,
                       or all (the six, in that order); pghotd-thp-split and pghotd-thp-whole
                       (THP=always, 4 MiB hot as 64 KiB clusters in 2 MiB THPs, pghotd with and
@@ -73,6 +74,23 @@ EOF
 }
 
 # --- options ------------------------------------------------------------------------------
+# --guest debian hands the whole run to debian-rig.sh (the Debian guest with systemd); the
+# default guest, busybox, is this script's.
+guest=busybox
+rest=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--guest) [ $# -ge 2 ] || { log "--guest needs a value (busybox or debian)"; usage; }; guest=$2; shift ;;
+	*) rest+=("$1") ;;
+	esac
+	shift
+done
+set -- ${rest[@]+"${rest[@]}"}
+case $guest in
+busybox) ;;
+debian) exec "$here/debian-rig.sh" "$@" ;;
+*) log "--guest must be busybox or debian, not '$guest'"; usage ;;
+esac
 duration=30
 duration_set=0
 pattern="hot-scattered"

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The rig on a Debian 12 guest with systemd as init: `tests/vm/rig.sh --guest debian ...` runs
+# this script (with --guest removed from the arguments). See tests/vm/README.md, "The Debian
+# guest".
+#
+#   rig.sh --guest debian service      install the project's .deb, run pghotd as the sandboxed
+#                                      service, one boolean per check: SERVICE {json}
+#
+# The guest is the 3-node HMAT machine of the busybox rig (lib.sh: pghot_vm_topology 3node);
+# its root file system is the cached Debian image (debian-image.sh) followed by a second cpio
+# holding what this run adds (/opt/pghot-rig: the .deb, a static pghot-workload, the guest's
+# script; /etc/pghot-rig.conf; the unit that runs the script once multi-user.target is
+# reached), both unpacked by the kernel as its initramfs, booted with
+# rdinit=/lib/systemd/systemd.
+set -euo pipefail
+
+PGHOT_VM_PROG=rig-debian
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/vm/lib.sh
+. "$here/lib.sh"
+
+usage() {
+	cat >&2 <<'EOF'
+usage: tests/vm/rig.sh --guest debian [OPTIONS] service
+
+  service               install the .deb in the guest and check pghotd as a systemd service
+  exec                  run the script given by --exec in the guest (as root, once
+                        multi-user.target is reached), its output on stderr: for investigating
+Options:
+  --duration SECS       each check's workload runs this long (default 12)
+  --deb PATH            install this .deb instead of building one (packaging/build-packages.sh)
+  --workload-bin PATH   a static pghot-workload instead of building one
+  --exec FILE           the script the exec scenario runs
+  --keep-console DIR    save the cleaned console as DIR/service.console
+  -v, --verbose         stream the guest's console to stderr
+Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
+PGHOT_VM_TIMEOUT (seconds for the guest, default 900).
+Exit status: 0 when every check holds; 1 when one does not or the guest gave no answer; 2 for
+bad usage.
+EOF
+	exit 2
+}
+
+duration=12
+deb=
+workload_bin=
+keep_dir=
+exec_file=
+verbose=0
+scenarios=()
+need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	--duration) need_arg "$@"; duration=$2; shift ;;
+	--deb) need_arg "$@"; deb=$2; shift ;;
+	--workload-bin) need_arg "$@"; workload_bin=$2; shift ;;
+	--keep-console) need_arg "$@"; keep_dir=$2; shift ;;
+	--exec) need_arg "$@"; exec_file=$2; shift ;;
+	-v | --verbose) verbose=1 ;;
+	-h | --help) usage ;;
+	service | exec) scenarios+=("$1") ;;
+	-*) log "unknown option $1 (for the Debian guest)"; usage ;;
+	*) log "unknown scenario $1 for the Debian guest (service)"; usage ;;
+	esac
+	shift
+done
+[ ${#scenarios[@]} -gt 0 ] || usage
+for s in "${scenarios[@]}"; do
+	[ "$s" != exec ] || [ -r "$exec_file" ] || { log "the exec scenario needs --exec FILE"; usage; }
+done
+[[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
+[ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
+command -v jq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2 || die "jq is needed"
+timeout_s=${PGHOT_VM_TIMEOUT:-900}
+
+# --- the guest: kernel, image, .deb, workload ---------------------------------------------
+t_start=$(date +%s)
+pghot_vm_guest
+pghot_vm_topology 3node
+eval "$("$here/debian-image.sh")"
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+if [ -z "$deb" ]; then
+	command -v cargo-deb >/dev/null || die "cargo-deb is needed to build the .deb: cargo install --locked cargo-deb@3.8.0 (or pass --deb)"
+	log "building the .deb (packaging/build-packages.sh)"
+	deb=$("$repo/packaging/build-packages.sh" | sed -n 1p) || die "packaging/build-packages.sh failed"
+fi
+[ -s "$deb" ] || die "$deb: no such .deb"
+if [ -z "$workload_bin" ]; then
+	log "building a static pghot-workload"
+	(cd "$repo" && CARGO_TARGET_DIR=$target_dir RUSTFLAGS='-C target-feature=+crt-static' \
+		cargo build --release --target x86_64-unknown-linux-gnu --bin pghot-workload >&2) || die "cargo build failed"
+	workload_bin=$target_dir/x86_64-unknown-linux-gnu/release/pghot-workload
+fi
+[ -x "$workload_bin" ] || die "$workload_bin: not an executable"
+t_built=$(date +%s)
+
+pghot_vm_workdir pghot-rig-debian
+work=$PGHOT_VM_WORK
+over=$work/overlay
+mkdir -p -m 0755 "$over"/opt/pghot-rig "$over"/etc/systemd/system/multi-user.target.wants
+cp "$deb" "$over/opt/pghot-rig/pghotd.deb"
+install -m 0755 "$workload_bin" "$over/opt/pghot-rig/pghot-workload"
+install -m 0755 "$here/debian-service.sh" "$over/opt/pghot-rig/service.sh"
+[ -z "$exec_file" ] || install -m 0755 "$exec_file" "$over/opt/pghot-rig/exec.sh"
+# The guest's script writes its lines to the serial console, then powers the guest off.
+cat > "$over/etc/systemd/system/pghot-rig.service" <<'EOF'
+[Unit]
+Description=pghotd rig checks (tests/vm/debian-rig.sh)
+After=multi-user.target
+
+[Service]
+Type=oneshot
+ExecStart=/opt/pghot-rig/run
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/ttyS0
+TTYReset=no
+TTYVHangup=no
+EOF
+ln -s ../pghot-rig.service "$over/etc/systemd/system/multi-user.target.wants/pghot-rig.service"
+cat > "$over/opt/pghot-rig/run" <<'EOF'
+#!/bin/sh
+scenario=$(sed -n 's/.*pghot\.scenario=\([^ ]*\).*/\1/p' /proc/cmdline)
+echo "PGHOT-RIG-BEGIN scenario=$scenario"
+case $scenario in
+service) /opt/pghot-rig/service.sh ;;
+exec) /opt/pghot-rig/exec.sh 2>&1 | sed 's/^/rig: exec: /' ;;
+*) echo "PGHOT-RIG-ERROR unknown scenario '$scenario'" ;;
+esac
+echo PGHOT-RIG-END
+systemctl --no-block poweroff
+EOF
+chmod 0755 "$over/opt/pghot-rig/run"
+{
+	echo "# written by tests/vm/debian-rig.sh"
+	echo "RIG_DURATION=$duration"
+	echo "RIG_SIZE_MB=128"
+	echo "RIG_HOT_MB=16"
+	echo "RIG_DAMON_WATCH_S=$((duration / 2))"
+	echo "RIG_SKIP_SECURITY=0"
+} > "$over/etc/pghot-rig.conf"
+pghot_vm_pack "$over" "$work/overlay.cpio.gz"
+# Two gzip'ed cpio archives one after the other: the kernel unpacks both into its rootfs.
+cat "$PGHOT_VM_DEBIAN_IMAGE" "$work/overlay.cpio.gz" > "$work/initrd"
+[ -z "$keep_dir" ] || mkdir -p "$keep_dir"
+
+# --- boot ---------------------------------------------------------------------------------
+status=0
+for s in "${scenarios[@]}"; do
+	append="console=ttyS0 rdinit=/lib/systemd/systemd panic=-1 quiet systemd.show_status=0 numa_balancing=disable pghot.scenario=$s"
+	log "$s: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s)"
+	console=$work/$s.console
+	for attempt in 1 2; do
+		t0=$(date +%s)
+		rc=0
+		pghot_vm_boot "$work/initrd" "$append" "$work/$s.raw" "$timeout_s" "$verbose" || rc=$?
+		wall=$(($(date +%s) - t0))
+		pghot_vm_clean_console "$work/$s.raw" "$console"
+		grep -aq '^PGHOT-RIG-BEGIN' "$console" && break
+		# The TCG code-patching flake (README: Things to know) or any boot that never reached
+		# the checks: once more.
+		log "$s: the guest never reached the checks (qemu exit $rc, ${wall} s); console tail:"
+		tail -n 20 "$console" | sed 's/^/    /' >&2
+	done
+	[ -z "$keep_dir" ] || cp "$console" "$keep_dir/$s.console"
+	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$s: /" >&2 || true
+	[ "$s" != exec ] || continue
+	checks=$(grep -a '^SERVICE-CHECK ' "$console" | awk '{ printf "%s%s\n", $2, ($3 == "true" ? "=true" : "=false") }')
+	figures=$(grep -a '^SERVICE-FIGURE ' "$console" | awk '{ print $2 "=" $3 }')
+	json=$(printf '%s\n' "$checks" | jq -Rn '[inputs | select(length > 0) | split("=") | {(.[0]): (.[1] == "true")}] | add // {}')
+	figs=$(printf '%s\n' "$figures" | jq -Rn '[inputs | select(length > 0) | split("=") | {(.[0]): ((.[1] | tonumber?) // .[1])}] | add // {}')
+	complete=false
+	grep -aq '^SERVICE-END' "$console" && complete=true
+	n=$(jq 'length' <<< "$json")
+	all=$(jq --argjson c "$complete" '$c and length >= 13 and all(.[]; .)' <<< "$json")
+	echo "SERVICE $(jq -cn --argjson c "$json" --argjson f "$figs" --argjson complete "$complete" --argjson wall "$wall" \
+		'$c + {all_checks_ran: $complete, figures: $f, wall_s: $wall}')"
+	grep -a '^SERVICE-CHECK ' "$console" | sed 's/^SERVICE-CHECK /  /' >&2
+	if [ "$all" != true ]; then
+		unfinished=
+		[ "$complete" = true ] || unfinished="the checks did not finish: $n ran, qemu exit $rc; "
+		falses=$(jq -r '[to_entries[] | select(.value | not) | .key] | join(", ")' <<< "$json")
+		log "$s: FAILED: $unfinished${falses:+false: $falses}"
+		[ "$complete" = true ] || tail -n 30 "$console" | sed 's/^/    /' >&2
+		status=1
+	fi
+done
+log "done in $(($(date +%s) - t_start)) s (build $((t_built - t_start)) s)"
+exit "$status"
