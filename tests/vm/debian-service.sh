@@ -168,13 +168,15 @@ check reload_applies "$ok" "reload_rc=$rc freq_threshold=$got main_pid=$pid_befo
 # --- damon on an unprivileged user's process, by pid ---------------------------------------
 # The workload is placed first, then its pid goes into the config: how an operator adds one
 # process. DAMON needs its sysfs (ReadWritePaths) and the kdamond it starts.
-workload damon "${wl_common[@]}" --pattern hot-scattered
+# Twice as long as the others: it must outlive pghotd's restart and the watch below (pghotd
+# ends with its last explicit pid, and its counters with it).
+workload damon --size-mb "$RIG_SIZE_MB" --hot-mb "$RIG_HOT_MB" --node 2 --duration $((2 * RIG_DURATION)) \
+	--threads 1 --report-ms 500 --pattern hot-scattered
 placed damon
 write_conf 'enabled_sources = ["damon"]' "pids = [$wl_pid]"
 mark "$work/c.damon"
 systemctl restart pghotd
 rc=$?
-# Counters while the workload runs (pghotd ends with its last explicit pid).
 sleep "$RIG_DAMON_WATCH_S"
 promoted=$(counter pgpromote_success)
 samples=$(counter source_damon_samples)
