@@ -145,12 +145,12 @@ check outsider_refused "$ok" "rc=$rc message: $msg"
 
 wait "$wl_sub"
 hot=$(json_num "$work/softdirty.out" hot_fast_pct)
-over=$(json_num "$work/softdirty.out" over_promotion_pct)
+over=$(json_num "$work/softdirty.out" cold_fast_mb)
 promoted=$(counter pgpromote_success)
 samples=$(counter source_softdirty_samples)
 ok=1
 denied "$work/c.softdirty" || { [ "${promoted:-0}" -gt 0 ] && ge "$hot" 90 && ok=0; }
-check softdirty_non_root "$ok" "hot_fast_pct=${hot:--} over_promotion_pct=${over:--} samples=${samples:--} pgpromote_success=${promoted:--} permission_errors=$(denied "$work/c.softdirty" && echo yes || echo no)"
+check softdirty_non_root "$ok" "hot_fast_pct=${hot:--} cold_fast_mb=${over:--} samples=${samples:--} pgpromote_success=${promoted:--} permission_errors=$(denied "$work/c.softdirty" && echo yes || echo no)"
 figure softdirty_hot_fast_pct "${hot:--}"
 
 # --- reload ---------------------------------------------------------------------------------
@@ -193,10 +193,10 @@ check stop_under_2s "$ok" "stop_s=$stop_s rc=$stop_rc result=$result"
 figure stop_s "$stop_s"
 wait "$wl_sub"
 hot=$(json_num "$work/damon.out" hot_fast_pct)
-over=$(json_num "$work/damon.out" over_promotion_pct)
+over=$(json_num "$work/damon.out" cold_fast_mb)
 ok=1
 denied "$work/c.damon" || { [ "$rc" = 0 ] && [ "${samples:-0}" -gt 0 ] && [ "${promoted:-0}" -gt 0 ] && ok=0; }
-check damon_non_root "$ok" "restart_rc=$rc hot_fast_pct=${hot:--} over_promotion_pct=${over:--} samples=${samples:--} pgpromote_success=${promoted:--} permission_errors=$(denied "$work/c.damon" && echo yes || echo no)"
+check damon_non_root "$ok" "restart_rc=$rc hot_fast_pct=${hot:--} cold_fast_mb=${over:--} samples=${samples:--} pgpromote_success=${promoted:--} permission_errors=$(denied "$work/c.damon" && echo yes || echo no)"
 figure damon_hot_fast_pct "${hot:--}"
 
 # --- THP splitting through debugfs ----------------------------------------------------------
