@@ -39,7 +39,10 @@ pub fn spawn(state: &'static State) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Drains every vCPU's ring each millisecond onto the samples socket. A blocking write (the
+/// Drains every vCPU's ring each millisecond onto the samples socket, after a header when the
+/// connection is new or the guest asked for one (SYNC): Linux discards what arrives on a
+/// virtio port while no process has it open, so a reader that opens the port later needs a
+/// fresh record boundary to find. A blocking write (the
 /// guest not reading: QEMU stops taking bytes) only stalls this thread; the rings then fill
 /// and the vCPUs drop and count.
 fn writer(state: &'static State, path: &Path) {
@@ -51,11 +54,14 @@ fn writer(state: &'static State, path: &Path) {
         }
         loop {
             buf.clear();
+            if state.sync.swap(false, Relaxed) {
+                buf.extend_from_slice(HEADER);
+            }
             let mut n = 0;
             for v in state.vcpus.iter() {
                 n += v.ring.drain(|s| encode(s, &mut buf));
             }
-            if n > 0 {
+            if !buf.is_empty() {
                 if sock.write_all(&buf).is_err() {
                     // The connection broke: these records are lost and not counted as sent;
                     // the next connection starts with a header again.
@@ -123,6 +129,10 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             }
             out
         }
+        (Some("SYNC"), None, _) => {
+            state.sync.store(true, Relaxed);
+            b"OK\n".to_vec()
+        }
         (Some("SLOW_NS"), Some(n), None) => match crate::config::parse_u64(n) {
             Some(ns) if ns <= 1_000_000 => {
                 state.slow_ns.store(ns, Relaxed);
@@ -131,7 +141,8 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             _ => b"ERR SLOW_NS takes 0..=1000000\n".to_vec(),
         },
         (None, _, _) => Vec::new(),
-        _ => format!("ERR unknown command '{cmd}' (RESET, DUMP, STATS, SLOW_NS n)\n").into_bytes(),
+        _ => format!("ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n)\n")
+            .into_bytes(),
     }
 }
 

@@ -8,7 +8,7 @@
 //! counters: it records their current values as a baseline that later reads subtract, so a
 //! reset racing an access cannot leave a stale count behind.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, PhysFix};
@@ -100,6 +100,8 @@ pub struct State {
     pub vcpus: Box<[Vcpu]>,
     /// Records the writer thread got onto the samples socket.
     pub sent: AtomicU64,
+    /// Set by the control command SYNC: the writer sends a header before its next records.
+    pub sync: AtomicBool,
     baseline: std::sync::Mutex<Baseline>,
 }
 
@@ -130,6 +132,7 @@ impl State {
             slow_ns: AtomicU64::new(cfg.slow_ns),
             vcpus,
             sent: AtomicU64::new(0),
+            sync: AtomicBool::new(false),
             baseline: std::sync::Mutex::new(Baseline::default()),
             cfg,
         }
