@@ -9,7 +9,10 @@
 #      workload's hot set (pagemap PFNs).
 # Prints a summary table. See README.md.
 #
-#   tests/vm/ibs-emu/check.sh [-v] [--period N] [--keep DIR]
+#   tests/vm/ibs-emu/check.sh [-v] [--period N] [--keep DIR] [--cost]
+# --cost: three more guests with the plugin doing only part of its per-access work (probe=0:
+# return at once, 1: + qemu_plugin_get_hwaddr, 2: + qemu_plugin_hwaddr_phys_addr), for the
+# cost table.
 # Environment: CARGO_TARGET_DIR (default tests/vm/ibs-emu/target), PGHOT_VM_VMLINUZ +
 # PGHOT_VM_BUSYBOX (skip fetch-guest.sh), PGIBS_WORKLOAD_BIN / PGIBS_GUEST_BIN (prebuilt static
 # binaries), PGIBS_TIMEOUT (seconds per guest, default 900). Needs root (fetch-guest.sh's apt).
@@ -24,12 +27,14 @@ repo=$(cd "$here/../../.." && pwd)
 verbose=0
 period=4096
 keep=
+cost=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-v) verbose=1 ;;
 	--period) period=$2; shift ;;
 	--keep) keep=$2; shift ;;
-	*) die "usage: check.sh [-v] [--period N] [--keep DIR]" ;;
+	--cost) cost=1 ;;
+	*) die "usage: check.sh [-v] [--period N] [--keep DIR] [--cost]" ;;
 	esac
 	shift
 done
@@ -71,7 +76,8 @@ cat > "$root/etc/pgibs.conf" <<EOF
 PGIBS_PERIOD=$period
 PGIBS_LAT_SIZE_MB=64
 PGIBS_CHASE_HOT_MB=32
-PGIBS_LAT_SECS=3
+PGIBS_LAT_SECS=2
+PGIBS_REPEATS=3
 PGIBS_TARGET_RATIO=2.2
 PGIBS_CAL_STEPS=3
 PGIBS_TRUTH_SIZE_MB=64
@@ -82,9 +88,9 @@ pghot_vm_pack "$root" "$work/init.gz"
 
 timeout_s=${PGIBS_TIMEOUT:-900}
 append="console=ttyS0 panic=-1 quiet numa_balancing=disable"
-boot() { # MODE
+boot() { # NAME KERNEL-ARGS
 	local t0=$SECONDS rc=0
-	pghot_vm_boot "$work/init.gz" "$append pgibs.mode=$1" "$work/$1.raw" "$timeout_s" "$verbose" || rc=$?
+	pghot_vm_boot "$work/init.gz" "$append $2" "$work/$1.raw" "$timeout_s" "$verbose" || rc=$?
 	pghot_vm_clean_console "$work/$1.raw" "$work/$1.console"
 	log "guest $1: exit $rc after $((SECONDS - t0)) s"
 	[ -z "$keep" ] || { mkdir -p "$keep" && cp "$work/$1.console" "$keep/"; }
@@ -96,14 +102,24 @@ boot() { # MODE
 
 log "guest 1: no plugin"
 PGHOT_VM_EXTRA=()
-boot noplugin
+boot noplugin pgibs.mode=noplugin
 log "guest 2: the plugin ($so, period=$period)"
 mkdir -p "$work/sock"
 PGHOT_VM_EXTRA=()
 pghot_vm_ibs_emu_args "$so" "$work/sock" "period=$period"
-boot plugin
+boot plugin pgibs.mode=plugin
+consoles=("$work/noplugin.console" "$work/plugin.console")
+if [ "$cost" = 1 ]; then
+	for probe in 0 1 2; do
+		log "guest: the plugin with probe=$probe"
+		PGHOT_VM_EXTRA=()
+		pghot_vm_ibs_emu_args "$so" "$work/sock" "period=$period" "probe=$probe"
+		boot "probe$probe" "pgibs.mode=cost pgibs.probe=$probe"
+		consoles+=("$work/probe$probe.console")
+	done
+fi
 
-cat "$work/noplugin.console" "$work/plugin.console" | grep -E '^(PGIBS|pgibs:|pghot-ibs-emu:)' > "$work/lines"
+cat "${consoles[@]}" | grep -E '^(PGIBS|pgibs:|pghot-ibs-emu:)' > "$work/lines"
 if grep -q '^PGIBS-ERROR' "$work/lines"; then
 	grep '^PGIBS-ERROR' "$work/lines" >&2
 	status=1
@@ -137,6 +153,26 @@ for m in noplugin plugin calibrated; do
 done
 echo
 grep '^PGIBS-CAL ' "$work/lines" || true
+echo
+grep '^PGIBS-OPS ' "$work/lines" || true
+if [ "$cost" = 1 ]; then
+	# The plugin's cost per callback: the time it adds to a workload access over the callbacks
+	# (user-mode memory operations) that access makes (PGIBS-OPS of the slow_ns=0 runs).
+	echo
+	printf '%-28s %12s %12s\n' "per-access work (node 0)" "chase ns" "uniform ns"
+	row() { printf '%-28s %12s %12s\n' "$1" "$(lat "$2" chase 0)" "$(lat "$2" uniform 0)"; }
+	row "no plugin" noplugin
+	row "probe=0 empty callback" probe0
+	row "probe=1 + get_hwaddr" probe1
+	row "probe=2 + hwaddr_phys_addr" probe2
+	row "probe=3 everything" plugin
+	for p in chase uniform; do
+		ops=$(grep "^PGIBS-OPS pattern=$p node=0 slow_ns=0 " "$work/lines" | head -n 1 | tr ' ' '\n' | sed -n 's/^user_ops_per_access=//p')
+		for m in probe0 probe1 probe2 plugin; do
+			printf 'ns per callback %-8s %-8s %s\n' "$p" "$m" "$(awk -v a="$(lat noplugin "$p" 0)" -v b="$(lat "$m" "$p" 0)" -v o="$ops" 'BEGIN { if (o > 0) printf "%.1f (%.2f callbacks per access)", (b - a) / o, o; else print "-" }')"
+		done
+	done
+fi
 echo
 grep -E '^PGIBS-(TRUTH|TRUTH-OTHERS|SAMPLES|ARRIVAL|COUNTS) ' "$work/lines" || { echo "no check lines" >&2; status=1; }
 grep -E '^(pgibs:|pghot-ibs-emu:)' "$work/lines" || true

@@ -31,6 +31,10 @@ pub struct Config {
     /// Sizes in MiB of the guest's per-node memory backends, in command-line order
     /// (`memdev_mb=1024:1024:1024`; QEMU splits plugin options at commas): turns on the QEMU 7.2 address correction, see [`PhysFix`].
     pub memdev_mb: Vec<u64>,
+    /// How much of the per-access work to do, for measuring its cost (README.md, "Cost"):
+    /// 0 return at once, 1 also look up the hwaddr, 2 also ask for the physical address,
+    /// 3 everything (the default).
+    pub probe: u8,
 }
 
 /// Undoes QEMU 7.2's `qemu_plugin_hwaddr_phys_addr` for RAM in `-object memory-backend-*`
@@ -92,6 +96,7 @@ impl Default for Config {
             ctl: None,
             seed: 0x5eed,
             memdev_mb: Vec::new(),
+            probe: 3,
         }
     }
 }
@@ -126,6 +131,7 @@ impl Config {
                 "ram_mb" => c.ram_mb = num()?,
                 "ring" => c.ring = num()? as usize,
                 "seed" => c.seed = num()?,
+                "probe" => c.probe = num()?.min(3) as u8,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
                 "memdev_mb" => {

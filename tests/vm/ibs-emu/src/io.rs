@@ -59,7 +59,13 @@ fn writer(state: &'static State, path: &Path) {
             }
             let mut n = 0;
             for v in state.vcpus.iter() {
-                n += v.ring.drain(|s| encode(s, &mut buf));
+                v.ring.drain(|s| {
+                    if encode(s, &mut buf) {
+                        n += 1;
+                    } else {
+                        state.header_like.fetch_add(1, Relaxed);
+                    }
+                });
             }
             if !buf.is_empty() {
                 if sock.write_all(&buf).is_err() {

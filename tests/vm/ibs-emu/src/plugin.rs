@@ -120,12 +120,20 @@ mod ffi {
         // it is used only before we return).
         unsafe {
             let state = &*udata.cast_const().cast::<State>();
+            let probe = state.cfg.probe;
+            if probe == 0 {
+                return;
+            }
             let hw = qemu_plugin_get_hwaddr(info, vaddr);
             // NULL: no TLB entry (cannot happen for an access in flight); io: MMIO, not RAM.
-            if hw.is_null() || qemu_plugin_hwaddr_is_io(hw) {
+            if probe == 1 || hw.is_null() || qemu_plugin_hwaddr_is_io(hw) {
                 return;
             }
             let paddr = state.fix.apply(qemu_plugin_hwaddr_phys_addr(hw));
+            if probe == 2 {
+                std::hint::black_box(paddr);
+                return;
+            }
             state.on_access(vcpu, vaddr, paddr, || qemu_plugin_mem_is_store(info));
         }
     }

@@ -76,12 +76,22 @@ impl Ring {
     }
 }
 
-/// Appends the wire form of `s` to `out`.
-pub fn encode(s: &Sample, out: &mut Vec<u8>) {
+/// The one vaddr a record may not carry: its bytes would read as a header, which a reader
+/// accepts at any record boundary (after SYNC). A user-mode address, but not one Linux hands
+/// out unasked; `encode` drops such a sample.
+pub const HEADER_AS_VADDR: u64 = u64::from_le_bytes(*HEADER);
+
+/// Appends the wire form of `s` to `out`; false (nothing appended) for a sample whose vaddr
+/// would read as a header.
+pub fn encode(s: &Sample, out: &mut Vec<u8>) -> bool {
+    if s.vaddr == HEADER_AS_VADDR {
+        return false;
+    }
     out.extend_from_slice(&s.vaddr.to_le_bytes());
     out.extend_from_slice(&s.paddr.to_le_bytes());
     out.extend_from_slice(&s.vcpu.to_le_bytes());
     out.extend_from_slice(&[u8::from(s.is_store), 0, 0, 0]);
+    true
 }
 
 #[cfg(test)]
@@ -113,6 +123,16 @@ mod tests {
     #[test]
     fn wire_form() {
         let mut out = Vec::new();
+        assert!(!encode(
+            &Sample {
+                vaddr: HEADER_AS_VADDR,
+                paddr: 0,
+                vcpu: 0,
+                is_store: false,
+            },
+            &mut out,
+        ));
+        assert!(out.is_empty());
         encode(
             &Sample {
                 vaddr: 0x1122,

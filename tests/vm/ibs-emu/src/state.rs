@@ -102,6 +102,8 @@ pub struct State {
     pub sent: AtomicU64,
     /// Set by the control command SYNC: the writer sends a header before its next records.
     pub sync: AtomicBool,
+    /// Samples the writer dropped because their vaddr reads as a header (counted as dropped).
+    pub header_like: AtomicU64,
     baseline: std::sync::Mutex<Baseline>,
 }
 
@@ -133,6 +135,7 @@ impl State {
             vcpus,
             sent: AtomicU64::new(0),
             sync: AtomicBool::new(false),
+            header_like: AtomicU64::new(0),
             baseline: std::sync::Mutex::new(Baseline::default()),
             cfg,
         }
@@ -215,7 +218,8 @@ impl State {
             slow_user,
             modelled_ns: fast_user * self.cfg.fast_model_ns + slow_user * self.cfg.slow_model_ns,
             samples_sent: self.sent.load(Relaxed).wrapping_sub(base.sent),
-            samples_dropped: sum(|v| v.dropped.load(Relaxed)).wrapping_sub(base.dropped),
+            samples_dropped: (sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed))
+                .wrapping_sub(base.dropped),
             outside,
         }
     }
@@ -232,7 +236,7 @@ impl State {
         base.fast_user = sum(|v| v.fast_user.load(Relaxed));
         base.slow_user = sum(|v| v.slow_user.load(Relaxed));
         base.outside = sum(|v| v.outside.load(Relaxed));
-        base.dropped = sum(|v| v.dropped.load(Relaxed));
+        base.dropped = sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed);
         base.sent = self.sent.load(Relaxed);
     }
 

@@ -184,18 +184,29 @@ impl Reader {
                         None => continue,
                     }
                 }
-                let whole = buf.len() / RECORD * RECORD;
+                // Records, and a header (the plugin's answer to a later SYNC, or a new
+                // connection) at any record boundary.
+                let mut at_byte = 0;
                 let mut out = g.lock().unwrap();
-                for r in buf[..whole].chunks_exact(RECORD) {
-                    let u64_at = |o: usize| u64::from_le_bytes(r[o..o + 8].try_into().unwrap());
-                    out.push(Got {
-                        at,
-                        vaddr: u64_at(0),
-                        paddr: u64_at(8),
-                        vcpu: u32::from_le_bytes(r[16..20].try_into().unwrap()),
-                    });
+                loop {
+                    let rest = &buf[at_byte..];
+                    if rest.len() >= HEADER.len() && rest[..HEADER.len()] == *HEADER {
+                        at_byte += HEADER.len();
+                    } else if rest.len() >= RECORD {
+                        let u64_at =
+                            |o: usize| u64::from_le_bytes(rest[o..o + 8].try_into().unwrap());
+                        out.push(Got {
+                            at,
+                            vaddr: u64_at(0),
+                            paddr: u64_at(8),
+                            vcpu: u32::from_le_bytes(rest[16..20].try_into().unwrap()),
+                        });
+                        at_byte += RECORD;
+                    } else {
+                        break;
+                    }
                 }
-                buf.drain(..whole);
+                buf.drain(..at_byte);
             }
         });
         Ok(Reader {
@@ -283,6 +294,33 @@ fn pagemap(pid: u32, lo: u64, hi: u64) -> Res<Vec<Option<u64>>> {
         .collect())
 }
 
+/// The frames of every other mapping of `pid` (stack, heap, binary, libraries): pages of the
+/// workload that are not its buffer.
+fn other_frames(pid: u32, buf_lo: u64) -> Res<std::collections::HashSet<u64>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
+    let mut out = std::collections::HashSet::new();
+    for line in maps.lines() {
+        let Some((lo, hi)) = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+        else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else {
+            continue;
+        };
+        // Not the buffer, not [vsyscall] (upper half), nothing absurdly large.
+        if lo == buf_lo || lo >= 0x8000_0000_0000 || hi - lo > 1 << 30 {
+            continue;
+        }
+        if let Ok(frames) = pagemap(pid, lo, hi) {
+            out.extend(frames.into_iter().flatten());
+        }
+    }
+    Ok(out)
+}
+
 fn check(period: u64, argv: &[String]) -> Res<()> {
     let mut ctl = Ctl::open()?;
     let reader = Reader::start(&mut ctl)?;
@@ -294,6 +332,7 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
     let out = BufReader::new(child.stdout.take().unwrap());
     let mut start = None;
     let mut frames = Vec::new();
+    let mut others = std::collections::HashSet::new();
     let mut reset_at = None;
     let mut result = None;
     for line in out.lines() {
@@ -305,6 +344,7 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
             ctl.ok("RESET")?;
             reset_at = Some(Instant::now());
             frames = pagemap(s.pid, s.lo, s.hi)?;
+            others = other_frames(s.pid, s.lo)?;
             start = Some(s);
         } else if line.starts_with("RESULT ") {
             result = Some(line);
@@ -362,6 +402,21 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .iter()
         .filter(|(pfn, _)| pfn_page.get(&u64::from(*pfn)).is_some_and(|&i| !hot[i]))
         .count();
+    let top_workload_other = top
+        .iter()
+        .filter(|(pfn, _)| others.contains(&u64::from(*pfn)))
+        .count();
+    // The buffer's own pages ranked alone: are its most-counted pages the hot ones?
+    let mut in_buf: Vec<(u32, u32)> = by_count
+        .iter()
+        .filter(|(pfn, _)| pfn_page.contains_key(&u64::from(*pfn)))
+        .copied()
+        .collect();
+    in_buf.truncate(k);
+    let buf_top_hot = in_buf
+        .iter()
+        .filter(|(pfn, _)| hot[pfn_page[&u64::from(*pfn)]])
+        .count();
     let count_of: HashMap<u32, u32> = recs.iter().copied().collect();
     let sum_over = |want_hot: bool| -> (u64, u64) {
         let mut sum = 0u64;
@@ -383,9 +438,10 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .filter(|&&p| !count_of.contains_key(&(p as u32)))
         .count();
     println!(
-        "PGIBS-TRUTH hot_pages={k} present={present}/{pages} hot_on_slow_node={hot_on_slow} top_k_hot={top_hot} top_k_cold_buffer={top_cold_buf} top_k_other={} top_k_hot_pct={:.2} hot_pages_uncounted={hot_zero} mean_count_hot={:.1} mean_count_cold={:.1} buffer_count_share_pct={:.2}",
-        k - top_hot - top_cold_buf,
+        "PGIBS-TRUTH hot_pages={k} present={present}/{pages} hot_on_slow_node={hot_on_slow} top_k_hot={top_hot} top_k_cold_buffer={top_cold_buf} top_k_workload_other={top_workload_other} top_k_rest={} top_k_hot_pct={:.2} buffer_top_k_hot_pct={:.2} hot_pages_uncounted={hot_zero} mean_count_hot={:.1} mean_count_cold={:.1} buffer_count_share_pct={:.2}",
+        k - top_hot - top_cold_buf - top_workload_other,
         100.0 * top_hot as f64 / k as f64,
+        100.0 * buf_top_hot as f64 / k as f64,
         hot_sum as f64 / hot_n.max(1) as f64,
         cold_sum as f64 / cold_n.max(1) as f64,
         100.0 * (hot_sum + cold_sum) as f64 / counts["accesses"].max(1) as f64,
@@ -485,7 +541,7 @@ fn main() -> ExitCode {
                     fields.sort();
                     let f: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
                     println!("DUMP {}", f.join(" "));
-                    recs.sort_by(|a, b| b.1.cmp(&a.1));
+                    recs.sort_by_key(|r| std::cmp::Reverse(r.1));
                     let top: Vec<String> = recs
                         .iter()
                         .take(10)
