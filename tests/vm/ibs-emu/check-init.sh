@@ -28,12 +28,12 @@ lat1() {
 	chase) extra="--hot-mb $PGIBS_CHASE_HOT_MB" ;;
 	*) extra="" ;;
 	esac
-	[ "$mode" = noplugin ] || ctl RESET > /dev/null
+	[ "$mode" != plugin ] || ctl RESET > /dev/null
 	# shellcheck disable=SC2086 # $extra is two words or none
 	taskset -c 0 /bin/pghot-workload --size-mb "$PGIBS_LAT_SIZE_MB" $extra --pattern "$1" \
 		--node "$2" --duration "$PGIBS_LAT_SECS" --report-ms 1000 > /tmp/lat.out 2>&1
 	ns=$(sed -n 's/^RESULT .*"ns_per_access":\([0-9.]*\).*/\1/p' /tmp/lat.out)
-	if [ "$mode" != noplugin ] && [ -n "$ns" ]; then
+	if [ "$mode" = plugin ] && [ -n "$ns" ]; then
 		# User-mode memory operations (plugin callbacks) per workload access: the plugin's cost
 		# per callback is the latency it adds divided by these.
 		acc=$(sed -n 's/^RESULT .*"accesses":\([0-9]*\).*/\1/p' /tmp/lat.out)
@@ -50,25 +50,40 @@ lat1() {
 	echo "$ns"
 }
 
+min2() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || (b != "-" && b + 0 < a + 0)) print b; else print a }'; }
+
 # lat PATTERN NODE -> the lowest of PGIBS_REPEATS runs: the host may be busy with other work
 # (other guests), which only ever adds time.
 lat() {
 	best=-
 	r=0
 	while [ "$r" -lt "$PGIBS_REPEATS" ]; do
-		x=$(lat1 "$1" "$2")
-		best=$(awk -v a="$best" -v b="$x" 'BEGIN { if (a == "-" || (b != "-" && b + 0 < a + 0)) print b; else print a }')
+		best=$(min2 "$best" "$(lat1 "$1" "$2")")
 		r=$((r + 1))
 	done
 	echo "$best"
 }
 
+# pair PATTERN -> "L0 L2": node 0 and node 2 in turn, PGIBS_REPEATS times, the lowest of each
+# (taken close together in time, as the host's load drifts).
+pair() {
+	b0=-
+	b2=-
+	r=0
+	while [ "$r" -lt "$PGIBS_REPEATS" ]; do
+		b0=$(min2 "$b0" "$(lat1 "$1" 0)")
+		b2=$(min2 "$b2" "$(lat1 "$1" 2)")
+		r=$((r + 1))
+	done
+	echo "$b0 $b2"
+}
+
 # measure MODE: chase and uniform on nodes 0 and 2
 measure() {
 	for p in chase uniform; do
-		for n in 0 2; do
-			echo "PGIBS-LAT mode=$1 pattern=$p node=$n slow_ns=$slow_ns ns=$(lat "$p" "$n")"
-		done
+		set -- "$1" $(pair "$p")
+		echo "PGIBS-LAT mode=$1 pattern=$p node=0 slow_ns=$slow_ns ns=$2"
+		echo "PGIBS-LAT mode=$1 pattern=$p node=2 slow_ns=$slow_ns ns=$3"
 	done
 }
 
@@ -92,13 +107,15 @@ plugin)
 	# crosses 0; the first step guesses one slow access per chase step (s1 = -f(0)). The
 	# measurements are noisy (other work on the host), which the fit over all points smooths.
 	gap() { awk -v a="$1" -v b="$2" -v r="$PGIBS_TARGET_RATIO" 'BEGIN { printf "%.1f", b - r * a }'; }
-	points="0 $(gap "$(lat chase 0)" "$(lat chase 2)")"
+	# shellcheck disable=SC2046 # two numbers
+	points="0 $(gap $(pair chase))"
 	slow_ns=$(echo "$points" | awk '{ n = -$2; if (n < 0) n = 0; printf "%d", n }')
 	i=1
 	while [ "$i" -le "$PGIBS_CAL_STEPS" ]; do
 		ctl "SLOW_NS $slow_ns" > /dev/null || echo "PGIBS-ERROR SLOW_NS $slow_ns failed"
-		l0=$(lat chase 0)
-		l2=$(lat chase 2)
+		l=$(pair chase)
+		l0=${l% *}
+		l2=${l#* }
 		echo "PGIBS-CAL step=$i slow_ns=$slow_ns node0=$l0 node2=$l2 ratio=$(awk -v a="$l0" -v b="$l2" 'BEGIN { printf "%.3f", b / a }')"
 		points="$points
 $slow_ns $(gap "$l0" "$l2")"
@@ -117,8 +134,9 @@ $slow_ns $(gap "$l0" "$l2")"
 	echo "PGIBS-CALIBRATED slow_ns=$slow_ns"
 	measure calibrated
 	# Ground truth and samples, with the calibrated slow tier on.
-	# Only the workload is pinned: the sample reader runs on the other CPU.
-	/bin/pgibs-guest check --period "$PGIBS_PERIOD" -- taskset -c 0 /bin/pghot-workload \
+	# Not pinned: the workload's census (move_pages every second, slow under the plugin) would
+	# otherwise stall its worker on the one CPU, and the sample reader needs a CPU too.
+	/bin/pgibs-guest check --period "$PGIBS_PERIOD" -- /bin/pghot-workload \
 		--size-mb "$PGIBS_TRUTH_SIZE_MB" --hot-mb "$PGIBS_TRUTH_HOT_MB" --pattern hot-scattered \
 		--node 2 --duration "$PGIBS_TRUTH_SECS" --report-ms 1000 --seed 7
 	ctl STATS | sed 's/^/pgibs: /'

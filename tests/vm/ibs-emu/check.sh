@@ -154,7 +154,8 @@ done
 echo
 grep '^PGIBS-CAL ' "$work/lines" || true
 echo
-grep '^PGIBS-OPS ' "$work/lines" || true
+# One line per pattern, node and slow_ns (the first of the repeats).
+grep '^PGIBS-OPS ' "$work/lines" | awk '!seen[$2 $3 $4]++' || true
 if [ "$cost" = 1 ]; then
 	# The plugin's cost per callback: the time it adds to a workload access over the callbacks
 	# (user-mode memory operations) that access makes (PGIBS-OPS of the slow_ns=0 runs).
