@@ -15,6 +15,8 @@
 . /etc/pghot-vm-mounts.sh
 dmesg -n 1
 export PATH=/sbin:/usr/sbin:/bin:/usr/bin
+# End the BIOS's "Booting from ROM.." line, so the first line of ours starts a line.
+echo
 # shellcheck source=/dev/null # written by check.sh
 . /etc/pgibs.conf
 

@@ -119,7 +119,8 @@ if [ "$cost" = 1 ]; then
 	done
 fi
 
-cat "${consoles[@]}" | grep -E '^(PGIBS|pgibs:|pghot-ibs-emu:)' > "$work/lines"
+# -o: the guest's first line can follow the BIOS's "Booting from ROM.." on the same line.
+cat "${consoles[@]}" | grep -aoE '(PGIBS-|pgibs: |pghot-ibs-emu: ).*' > "$work/lines"
 if grep -q '^PGIBS-ERROR' "$work/lines"; then
 	grep '^PGIBS-ERROR' "$work/lines" >&2
 	status=1

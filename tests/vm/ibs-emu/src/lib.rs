@@ -11,7 +11,7 @@
 //! arguments. The per-access path does not use its closures (a boxed closure allocated per
 //! instrumented instruction, a `FnMut` shared between vCPU threads): it registers a plain
 //! `extern "C"` callback through the raw bindings with the leaked `State` as user data. That
-//! module boundary, `ffi` below, holds every `unsafe` of the crate.
+//! module, `plugin::ffi`, holds every `unsafe` of the crate.
 
 // Without the glue (see below) the unit tests leave the socket threads and the fix-up unused.
 #![cfg_attr(test, allow(dead_code))]

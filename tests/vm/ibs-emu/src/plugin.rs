@@ -19,7 +19,8 @@ impl Register for IbsEmu {
         let cfg = match Config::parse(&args.raw) {
             Ok(c) => c,
             Err(e) => {
-                // QEMU 7.2 aborts on a plugin whose install fails anyway; say why and stop.
+                // A failed install stops QEMU anyway (and the crate would panic on an Err):
+                // say why and stop.
                 eprintln!("pghot-ibs-emu: {e}");
                 std::process::exit(1);
             }
