@@ -17,6 +17,8 @@ PGHOT_VM_TOPO=()      # set by pghot_vm_topology
 # every promoter's moves (NUMAB2's in its task) and the guest's page clearing alike.
 PGHOT_VM_CPU=${PGHOT_VM_CPU:-max,-erms,-fsrm}
 PGHOT_VM_QEMU=()      # the last command pghot_vm_boot ran
+PGHOT_VM_EXTRA=()     # more QEMU arguments for pghot_vm_boot (e.g. pghot_vm_ibs_emu_args)
+PGHOT_VM_MEMDEV_MB=   # set by pghot_vm_topology: the node backends' MiB, ':'-separated
 PGHOT_VM_QEMU_PID=    # set while a guest runs; pghot_vm_kill_guest ends it
 
 log() { printf '%s: %s\n' "$PGHOT_VM_PROG" "$*" >&2; }
@@ -38,6 +40,7 @@ pghot_vm_topology() {
 	PGHOT_VM_TOPO=()
 	case $1 in
 	3node)
+		PGHOT_VM_MEMDEV_MB=1024:1024:1024
 		PGHOT_VM_TOPO+=(-m 3G -smp 2 -machine hmat=on)
 		_pghot_vm_mem_node 0 0 0
 		_pghot_vm_mem_node 1 1 1
@@ -50,6 +53,7 @@ pghot_vm_topology() {
 		_pghot_vm_hmat_lb 0 2 300 20G
 		;;
 	4node)
+		PGHOT_VM_MEMDEV_MB=1024:1024:1024:1024
 		PGHOT_VM_TOPO+=(-m 4G -smp 2 -machine hmat=on)
 		_pghot_vm_mem_node 0 0 0
 		_pghot_vm_mem_node 1 1 1
@@ -139,7 +143,8 @@ pghot_vm_pack() {
 }
 
 # pghot_vm_boot INITRD APPEND CONSOLE TIMEOUT_S [TEE]: boot the topology in PGHOT_VM_TOPO under
-# TCG with kernel command line APPEND, serial console to the file CONSOLE (raw). TEE=1 also
+# TCG with kernel command line APPEND, serial console to the file CONSOLE (raw); the arguments
+# in PGHOT_VM_EXTRA (empty unless a caller filled it) go last. TEE=1 also
 # streams the console to stderr while the guest runs. Returns QEMU's exit status (124 when
 # TIMEOUT_S passed; the guest is then killed). The command line is left in PGHOT_VM_QEMU.
 pghot_vm_boot() {
@@ -147,7 +152,7 @@ pghot_vm_boot() {
 	PGHOT_VM_QEMU=(qemu-system-x86_64 -accel tcg -cpu "$PGHOT_VM_CPU" "${PGHOT_VM_TOPO[@]}"
 		-kernel "$PGHOT_VM_VMLINUZ" -initrd "$initrd"
 		-append "$append"
-		-nographic -nic none -no-reboot)
+		-nographic -nic none -no-reboot "${PGHOT_VM_EXTRA[@]}")
 	timeout --kill-after=10 "$timeout_s" "${PGHOT_VM_QEMU[@]}" < /dev/null > "$console" 2>&1 &
 	PGHOT_VM_QEMU_PID=$!
 	if [ "$tee" = 1 ]; then
@@ -160,6 +165,32 @@ pghot_vm_boot() {
 		wait "$tail_pid" 2>/dev/null || true
 	fi
 	return "$rc"
+}
+
+# pghot_vm_ibs_emu_args SO SOCKDIR [KEY=VALUE...]: append to PGHOT_VM_EXTRA the QEMU arguments
+# that load the pghot-ibs-emu TCG plugin SO (tests/vm/ibs-emu/build.sh prints its path) and give
+# the guest its two virtio-serial ports: pghot.samples (the sample records) and pghot.ctl (the
+# control protocol), backed by the unix sockets SOCKDIR/samples.sock and SOCKDIR/ctl.sock that
+# QEMU serves and the plugin connects to. KEY=VALUE are more plugin arguments (period=,
+# slow_ns=, ...; see tests/vm/ibs-emu/README.md). Call `pghot_vm_topology 3node` first: the slow
+# range is node 2's 0x80000000-0xc0000000, ram_mb and memdev_mb (QEMU 7.2's address fix) follow
+# from it. 4node is refused: its RAM past 3 GiB sits above 4 GiB in the guest (the PCI hole),
+# which the address fix does not model.
+pghot_vm_ibs_emu_args() {
+	local so=$1 dir=$2 ram_mb=0 mb
+	shift 2
+	[ "$PGHOT_VM_MEMDEV_MB" = 1024:1024:1024 ] || die "pghot_vm_ibs_emu_args: call pghot_vm_topology 3node first"
+	for mb in ${PGHOT_VM_MEMDEV_MB//:/ }; do ram_mb=$((ram_mb + mb)); done
+	local args="file=$so,samples=$dir/samples.sock,ctl=$dir/ctl.sock,slow_lo=0x80000000,slow_hi=0xc0000000"
+	args+=",ram_mb=$ram_mb,memdev_mb=$PGHOT_VM_MEMDEV_MB"
+	local kv
+	for kv in "$@"; do args+=",$kv"; done
+	PGHOT_VM_EXTRA+=(-plugin "$args"
+		-chardev "socket,id=pgibs,path=$dir/samples.sock,server=on,wait=off"
+		-chardev "socket,id=pgctl,path=$dir/ctl.sock,server=on,wait=off"
+		-device virtio-serial-pci
+		-device virtserialport,chardev=pgibs,name=pghot.samples
+		-device virtserialport,chardev=pgctl,name=pghot.ctl)
 }
 
 # pghot_vm_kill_guest: end a guest pghot_vm_boot started, if one still runs (for EXIT traps).

@@ -1,0 +1,584 @@
+//! `pgibs-guest`: the guest side of tests/vm/ibs-emu/check.sh, statically linked into the busybox
+//! initramfs. It finds the pghot-ibs-emu plugin's virtio-serial ports by name, sends control
+//! commands, and checks a pghot-workload run against the plugin's per-page counts and samples.
+//!
+//! ```text
+//! pgibs-guest ctl COMMAND...        send each command, print each text answer line
+//! pgibs-guest check [--period N] -- WORKLOAD-ARGV...
+//! ```
+//!
+//! `check` runs the workload (which must print pghot-workload's `start:` line with `buffer=`,
+//! `pattern=`, `size_mb=`, `hot_pages=`, `write_pct=` and `seed=`), maps the buffer's pages to
+//! guest-physical frames through /proc/PID/pagemap, resets the plugin's counters when the access
+//! phase starts, dumps them when the workload has exited, and prints `PGIBS-*` key=value lines:
+//! how many of the workload's hot pages are among the most-counted pages, and whether the
+//! samples that arrived are as many as expected and point at the right pages.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pghot_workload::Pattern;
+use pghot_workload::pattern::{PAGE_SIZE, Plan};
+
+const HEADER: &[u8; 8] = b"PGIBS1\0\0";
+const RECORD: usize = 24;
+
+type Res<T> = Result<T, String>;
+
+/// /dev/vportNpM of the virtio-serial port named `name` (there is no udev in the guest, so no
+/// /dev/virtio-ports/NAME link: the name is in sysfs).
+fn port(name: &str) -> Res<String> {
+    let dir = std::fs::read_dir("/sys/class/virtio-ports")
+        .map_err(|e| format!("/sys/class/virtio-ports: {e} (no virtio-serial device?)"))?;
+    for entry in dir.flatten() {
+        let n = std::fs::read_to_string(entry.path().join("name")).unwrap_or_default();
+        if n.trim() == name {
+            return Ok(format!("/dev/{}", entry.file_name().to_string_lossy()));
+        }
+    }
+    Err(format!("no virtio port named {name}"))
+}
+
+/// The control port, open for commands and answers.
+struct Ctl {
+    out: File,
+    inp: BufReader<File>,
+}
+
+/// The plugin's COUNTS line as key=value pairs.
+type Counts = HashMap<String, u64>;
+
+impl Ctl {
+    fn open() -> Res<Ctl> {
+        let path = port("pghot.ctl")?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        let inp = BufReader::new(f.try_clone().map_err(|e| e.to_string())?);
+        Ok(Ctl { out: f, inp })
+    }
+
+    fn line(&mut self, cmd: &str) -> Res<String> {
+        self.out
+            .write_all(format!("{cmd}\n").as_bytes())
+            .map_err(|e| format!("ctl write: {e}"))?;
+        let mut line = String::new();
+        self.inp
+            .read_line(&mut line)
+            .map_err(|e| format!("ctl read: {e}"))?;
+        if line.is_empty() {
+            return Err("ctl: end of file".into());
+        }
+        Ok(line.trim_end().to_string())
+    }
+
+    fn ok(&mut self, cmd: &str) -> Res<()> {
+        match self.line(cmd)? {
+            l if l == "OK" => Ok(()),
+            l => Err(format!("{cmd}: {l}")),
+        }
+    }
+
+    /// DUMP: the COUNTS fields and the (pfn, count) records.
+    fn dump(&mut self) -> Res<(Counts, Vec<(u32, u32)>)> {
+        let line = self.line("DUMP")?;
+        let counts = parse_counts(&line)?;
+        let n = counts["pages"] as usize;
+        let mut raw = vec![0u8; n * 8];
+        self.inp
+            .read_exact(&mut raw)
+            .map_err(|e| format!("DUMP records: {e}"))?;
+        let recs = raw
+            .chunks_exact(8)
+            .map(|c| {
+                (
+                    u32::from_le_bytes(c[0..4].try_into().unwrap()),
+                    u32::from_le_bytes(c[4..8].try_into().unwrap()),
+                )
+            })
+            .collect();
+        Ok((counts, recs))
+    }
+}
+
+fn parse_counts(line: &str) -> Res<Counts> {
+    let rest = line
+        .strip_prefix("COUNTS ")
+        .ok_or_else(|| format!("not a COUNTS line: {line}"))?;
+    rest.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("bad field {kv}"))?;
+            Ok((
+                k.to_string(),
+                v.parse().map_err(|_| format!("bad value {kv}"))?,
+            ))
+        })
+        .collect()
+}
+
+/// A sample record and the CLOCK_MONOTONIC time the guest read it.
+#[derive(Debug, Clone, Copy)]
+struct Got {
+    at: Instant,
+    vaddr: u64,
+    paddr: u64,
+    vcpu: u32,
+}
+
+/// Reads the samples port in a thread: waits for a header (after asking for one with SYNC),
+/// then collects records with their arrival time.
+struct Reader {
+    got: Arc<Mutex<Vec<Got>>>,
+    skipped: Arc<AtomicU64>,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl Reader {
+    fn start(ctl: &mut Ctl) -> Res<Reader> {
+        let path = port("pghot.samples")?;
+        let mut f = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let skipped = Arc::new(AtomicU64::new(0));
+        let error = Arc::new(Mutex::new(None));
+        // Opened first, then SYNC: the header comes after the open, so it is not discarded.
+        ctl.ok("SYNC")?;
+        let (g, sk, err) = (got.clone(), skipped.clone(), error.clone());
+        // The thread is never joined: with nothing running in user mode no sample comes, and
+        // its read would block for good; it ends with the process.
+        thread::spawn(move || {
+            let mut buf: Vec<u8> = Vec::new();
+            let mut chunk = vec![0u8; 1 << 16];
+            let mut synced = false;
+            loop {
+                let n = match f.read(&mut chunk) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        *err.lock().unwrap() = Some(format!("samples read: {e}"));
+                        return;
+                    }
+                };
+                let at = Instant::now();
+                if n == 0 {
+                    thread::sleep(Duration::from_millis(1));
+                    continue;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if !synced {
+                    match buf.windows(HEADER.len()).position(|w| w == HEADER) {
+                        Some(i) => {
+                            sk.store(i as u64, Ordering::Relaxed);
+                            buf.drain(..i + HEADER.len());
+                            synced = true;
+                        }
+                        None => continue,
+                    }
+                }
+                // Records, and a header (the plugin's answer to a later SYNC, or a new
+                // connection) at any record boundary.
+                let mut at_byte = 0;
+                let mut out = g.lock().unwrap();
+                loop {
+                    let rest = &buf[at_byte..];
+                    if rest.len() >= HEADER.len() && rest[..HEADER.len()] == *HEADER {
+                        at_byte += HEADER.len();
+                    } else if rest.len() >= RECORD {
+                        let u64_at =
+                            |o: usize| u64::from_le_bytes(rest[o..o + 8].try_into().unwrap());
+                        out.push(Got {
+                            at,
+                            vaddr: u64_at(0),
+                            paddr: u64_at(8),
+                            vcpu: u32::from_le_bytes(rest[16..20].try_into().unwrap()),
+                        });
+                        at_byte += RECORD;
+                    } else {
+                        break;
+                    }
+                }
+                buf.drain(..at_byte);
+            }
+        });
+        Ok(Reader {
+            got,
+            skipped,
+            error,
+        })
+    }
+
+    /// The records so far, and the bytes skipped before the header.
+    fn finish(self) -> Res<(Vec<Got>, u64)> {
+        if let Some(e) = self.error.lock().unwrap().take() {
+            return Err(e);
+        }
+        let got = std::mem::take(&mut *self.got.lock().unwrap());
+        Ok((got, self.skipped.load(Ordering::Relaxed)))
+    }
+}
+
+/// What the workload's `start:` line says.
+struct Start {
+    pid: u32,
+    lo: u64,
+    hi: u64,
+    pattern: Pattern,
+    size_mb: usize,
+    hot_pages: usize,
+    write_pct: u8,
+    seed: u64,
+}
+
+fn parse_start(line: &str) -> Res<Start> {
+    let kv: HashMap<&str, &str> = line
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect();
+    let get = |k: &str| {
+        kv.get(k)
+            .copied()
+            .ok_or_else(|| format!("start line has no {k}: {line}"))
+    };
+    let num = |k: &str| -> Res<u64> { get(k)?.parse().map_err(|_| format!("bad {k} in {line}")) };
+    let (lo, hi) = get("buffer")?
+        .split_once('-')
+        .ok_or_else(|| format!("bad buffer= in {line}"))?;
+    let hex =
+        |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).map_err(|e| e.to_string());
+    let pattern = match get("pattern")? {
+        "hot-scattered" => Pattern::HotScattered,
+        "hot-block" => Pattern::HotBlock,
+        "uniform" => Pattern::Uniform,
+        "zipf" => Pattern::Zipf,
+        "chase" => Pattern::Chase,
+        "hot-clusters" => Pattern::HotClusters,
+        p => return Err(format!("unknown pattern {p}")),
+    };
+    Ok(Start {
+        pid: num("pid")? as u32,
+        lo: hex(lo)?,
+        hi: hex(hi)?,
+        pattern,
+        size_mb: num("size_mb")? as usize,
+        hot_pages: num("hot_pages")? as usize,
+        write_pct: num("write_pct")? as u8,
+        seed: num("seed")?,
+    })
+}
+
+/// The frame of each page of `[lo, hi)` of `pid` (None: not present), from /proc/PID/pagemap:
+/// one u64 per virtual page, bit 63 present, bits 0-54 the PFN (shown to root only; see
+/// Documentation/admin-guide/mm/pagemap.rst and fs/proc/task_mmu.c, `pagemap_read`).
+fn pagemap(pid: u32, lo: u64, hi: u64) -> Res<Vec<Option<u64>>> {
+    let path = format!("/proc/{pid}/pagemap");
+    let f = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    let pages = ((hi - lo) / PAGE_SIZE as u64) as usize;
+    let mut raw = vec![0u8; pages * 8];
+    f.read_exact_at(&mut raw, lo / PAGE_SIZE as u64 * 8)
+        .map_err(|e| format!("{path}: {e}"))?;
+    Ok(raw
+        .chunks_exact(8)
+        .map(|c| {
+            let e = u64::from_le_bytes(c.try_into().unwrap());
+            (e >> 63 == 1).then_some(e & ((1 << 55) - 1))
+        })
+        .collect())
+}
+
+/// The frames of every other mapping of `pid` (stack, heap, binary, libraries): pages of the
+/// workload that are not its buffer.
+fn other_frames(pid: u32, buf_lo: u64) -> Res<std::collections::HashSet<u64>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
+    let mut out = std::collections::HashSet::new();
+    for line in maps.lines() {
+        let Some((lo, hi)) = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'))
+        else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else {
+            continue;
+        };
+        // Not the buffer, not [vsyscall] (upper half), nothing absurdly large.
+        if lo == buf_lo || lo >= 0x8000_0000_0000 || hi - lo > 1 << 30 {
+            continue;
+        }
+        if let Ok(frames) = pagemap(pid, lo, hi) {
+            out.extend(frames.into_iter().flatten());
+        }
+    }
+    Ok(out)
+}
+
+fn check(period: u64, argv: &[String]) -> Res<()> {
+    let mut ctl = Ctl::open()?;
+    let reader = Reader::start(&mut ctl)?;
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut start = None;
+    let mut frames = Vec::new();
+    let mut others = std::collections::HashSet::new();
+    let mut reset_at = None;
+    let mut result = None;
+    for line in out.lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        println!("{line}");
+        if line.starts_with("start:") {
+            let s = parse_start(&line)?;
+            // The counts cover the access phase only (not the placement's page faults).
+            ctl.ok("RESET")?;
+            reset_at = Some(Instant::now());
+            frames = pagemap(s.pid, s.lo, s.hi)?;
+            others = other_frames(s.pid, s.lo)?;
+            start = Some(s);
+        } else if line.starts_with("RESULT ") {
+            result = Some(line);
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let end_at = Instant::now();
+    let (counts, recs) = ctl.dump()?;
+    // The records the writer flushed by now (every 1 ms) reach us within a few ms.
+    thread::sleep(Duration::from_millis(200));
+    let (got, skipped) = reader.finish()?;
+    if !status.success() {
+        return Err(format!("workload exited with {status}"));
+    }
+    let (Some(s), Some(reset_at)) = (start, reset_at) else {
+        return Err("workload printed no start: line".into());
+    };
+    let ns_per_access = result
+        .as_deref()
+        .and_then(|r| r.split("\"ns_per_access\":").nth(1))
+        .and_then(|r| r.split([',', '}']).next())
+        .unwrap_or("-")
+        .to_string();
+
+    // --- ground truth: the hot pages among the most-counted pages ---
+    let pages = s.size_mb * 256;
+    let plan = Plan::new(s.pattern, pages, s.hot_pages, s.write_pct, s.seed);
+    let hot = plan.is_hot();
+    let k = plan.hot_count();
+    let mut pfn_page: HashMap<u64, usize> = HashMap::new();
+    for (i, f) in frames.iter().enumerate() {
+        if let Some(pfn) = f {
+            pfn_page.insert(*pfn, i);
+        }
+    }
+    let present = pfn_page.len();
+    let hot_pfns: Vec<u64> = (0..pages)
+        .filter(|&i| hot[i])
+        .filter_map(|i| frames[i])
+        .collect();
+    let slow_lo = 0x8_0000u64; // pfn of 0x80000000, node 2 of the 3node topology
+    let slow_hi = 0xc_0000u64;
+    let hot_on_slow = hot_pfns
+        .iter()
+        .filter(|&&p| (slow_lo..slow_hi).contains(&p))
+        .count();
+    let mut by_count = recs.clone();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let top: Vec<(u32, u32)> = by_count.iter().take(k).copied().collect();
+    let top_hot = top
+        .iter()
+        .filter(|(pfn, _)| pfn_page.get(&u64::from(*pfn)).is_some_and(|&i| hot[i]))
+        .count();
+    let top_cold_buf = top
+        .iter()
+        .filter(|(pfn, _)| pfn_page.get(&u64::from(*pfn)).is_some_and(|&i| !hot[i]))
+        .count();
+    let top_workload_other = top
+        .iter()
+        .filter(|(pfn, _)| others.contains(&u64::from(*pfn)))
+        .count();
+    // The buffer's own pages ranked alone: are its most-counted pages the hot ones?
+    let mut in_buf: Vec<(u32, u32)> = by_count
+        .iter()
+        .filter(|(pfn, _)| pfn_page.contains_key(&u64::from(*pfn)))
+        .copied()
+        .collect();
+    in_buf.truncate(k);
+    let buf_top_hot = in_buf
+        .iter()
+        .filter(|(pfn, _)| hot[pfn_page[&u64::from(*pfn)]])
+        .count();
+    let count_of: HashMap<u32, u32> = recs.iter().copied().collect();
+    let sum_over = |want_hot: bool| -> (u64, u64) {
+        let mut sum = 0u64;
+        let mut n = 0u64;
+        for i in 0..pages {
+            if hot[i] == want_hot
+                && let Some(pfn) = frames[i]
+            {
+                sum += u64::from(count_of.get(&(pfn as u32)).copied().unwrap_or(0));
+                n += 1;
+            }
+        }
+        (sum, n)
+    };
+    let (hot_sum, hot_n) = sum_over(true);
+    let (cold_sum, cold_n) = sum_over(false);
+    let hot_zero = hot_pfns
+        .iter()
+        .filter(|&&p| !count_of.contains_key(&(p as u32)))
+        .count();
+    println!(
+        "PGIBS-TRUTH hot_pages={k} present={present}/{pages} hot_on_slow_node={hot_on_slow} top_k_hot={top_hot} top_k_cold_buffer={top_cold_buf} top_k_workload_other={top_workload_other} top_k_rest={} top_k_hot_pct={:.2} buffer_top_k_hot_pct={:.2} hot_pages_uncounted={hot_zero} mean_count_hot={:.1} mean_count_cold={:.1} buffer_count_share_pct={:.2}",
+        k - top_hot - top_cold_buf - top_workload_other,
+        100.0 * top_hot as f64 / k as f64,
+        100.0 * buf_top_hot as f64 / k as f64,
+        hot_sum as f64 / hot_n.max(1) as f64,
+        cold_sum as f64 / cold_n.max(1) as f64,
+        100.0 * (hot_sum + cold_sum) as f64 / counts["accesses"].max(1) as f64,
+    );
+    // The ten most-counted pages outside the buffer, for the record.
+    let others: Vec<String> = by_count
+        .iter()
+        .filter(|(pfn, _)| !pfn_page.contains_key(&u64::from(*pfn)))
+        .take(5)
+        .map(|(pfn, c)| format!("{pfn:#x}:{c}"))
+        .collect();
+    println!("PGIBS-TRUTH-OTHERS top_outside_buffer={}", others.join(","));
+
+    // --- samples ---
+    let run: Vec<&Got> = got.iter().filter(|g| g.at >= reset_at).collect();
+    let user = counts["fast_user"] + counts["slow_user"];
+    let interval = (period & !15) as f64 - 7.5;
+    let expected = user as f64 / interval;
+    let (mut in_buf, mut same_page, mut other_page, mut paddr_buf_vaddr_not) = (0, 0, 0, 0);
+    let mut on_hot = 0;
+    let mut vcpus = [0u64; 4];
+    for g in &run {
+        vcpus[(g.vcpu as usize).min(3)] += 1;
+        let pfn = g.paddr >> 12;
+        if (s.lo..s.hi).contains(&g.vaddr) {
+            in_buf += 1;
+            let i = ((g.vaddr - s.lo) / PAGE_SIZE as u64) as usize;
+            if frames[i] == Some(pfn) {
+                same_page += 1;
+                if hot[i] {
+                    on_hot += 1;
+                }
+            } else {
+                other_page += 1;
+            }
+        } else if pfn_page.contains_key(&pfn) {
+            paddr_buf_vaddr_not += 1;
+        }
+    }
+    println!(
+        "PGIBS-SAMPLES received={} before_reset={} expected={expected:.0} received_pct_of_expected={:.1} plugin_sent={} plugin_dropped={} user_accesses={user} in_buffer={in_buf} paddr_matches_pagemap={same_page} paddr_mismatch={other_page} paddr_in_buffer_vaddr_not={paddr_buf_vaddr_not} on_hot_pages={on_hot} vcpu0={} vcpu1={} skipped_bytes_before_header={skipped}",
+        run.len(),
+        got.len() - run.len(),
+        100.0 * run.len() as f64 / expected.max(1.0),
+        counts["samples_sent"],
+        counts["samples_dropped"],
+        vcpus[0],
+        vcpus[1],
+    );
+    // Records per 100 ms while the workload ran: do they arrive as they are taken?
+    let slots = ((end_at - reset_at).as_millis() / 100) as usize;
+    let mut per = vec![0u64; slots.max(1)];
+    for g in &run {
+        let i = ((g.at - reset_at).as_millis() / 100) as usize;
+        if i < slots {
+            per[i] += 1;
+        }
+    }
+    let mut sorted = per.clone();
+    sorted.sort_unstable();
+    let inner = if per.len() > 2 {
+        &per[1..per.len() - 1]
+    } else {
+        &per[..]
+    };
+    println!(
+        "PGIBS-ARRIVAL intervals_100ms={} min={} median={} max={} empty_inner_intervals={} after_exit={}",
+        per.len(),
+        sorted[0],
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() - 1],
+        inner.iter().filter(|&&n| n == 0).count(),
+        run.iter().filter(|g| g.at > end_at).count(),
+    );
+    let c = |k: &str| counts.get(k).copied().unwrap_or(0);
+    println!(
+        "PGIBS-COUNTS accesses={} pages={} fast_user={} slow_user={} modelled_ns={} outside_ram={} ns_per_access={ns_per_access}",
+        c("accesses"),
+        c("pages"),
+        c("fast_user"),
+        c("slow_user"),
+        c("modelled_ns"),
+        c("outside_ram"),
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("ctl") => Ctl::open().and_then(|mut ctl| {
+            for cmd in &args[1..] {
+                if cmd == "DUMP" {
+                    // The COUNTS fields, then the ten most-counted pages.
+                    let (c, mut recs) = ctl.dump()?;
+                    let mut fields: Vec<_> = c.iter().collect();
+                    fields.sort();
+                    let f: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                    println!("DUMP {}", f.join(" "));
+                    recs.sort_by_key(|r| std::cmp::Reverse(r.1));
+                    let top: Vec<String> = recs
+                        .iter()
+                        .take(10)
+                        .map(|(p, n)| format!("{p:#x}:{n}"))
+                        .collect();
+                    println!("DUMP top_pages={}", top.join(","));
+                } else {
+                    println!("{}", ctl.line(cmd)?);
+                }
+            }
+            Ok(())
+        }),
+        Some("check") => {
+            let mut period = 10_000;
+            let mut rest = &args[1..];
+            if rest.first().map(String::as_str) == Some("--period") && rest.len() > 1 {
+                period = rest[1].parse().unwrap_or(period);
+                rest = &rest[2..];
+            }
+            if rest.first().map(String::as_str) == Some("--") {
+                rest = &rest[1..];
+            }
+            if rest.is_empty() {
+                Err("check needs the workload's command line".into())
+            } else {
+                check(period, rest)
+            }
+        }
+        _ => {
+            Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV...".into())
+        }
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("PGIBS-ERROR {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

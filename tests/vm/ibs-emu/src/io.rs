@@ -1,0 +1,193 @@
+//! The two background threads: the sample writer and the control server. Both connect as
+//! clients to unix sockets that QEMU serves (`-chardev socket,server=on,wait=off`), retrying
+//! until QEMU listens and reconnecting if the connection drops; the vCPUs never wait for them.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::thread;
+use std::time::Duration;
+
+use crate::ring::{HEADER, encode};
+use crate::state::State;
+
+/// The writer flushes the rings this often (the samples' delay on the host side).
+const FLUSH_EVERY: Duration = Duration::from_millis(1);
+const RETRY_EVERY: Duration = Duration::from_millis(100);
+
+fn connect(path: &Path) -> UnixStream {
+    loop {
+        if let Ok(s) = UnixStream::connect(path) {
+            return s;
+        }
+        thread::sleep(RETRY_EVERY);
+    }
+}
+
+pub fn spawn(state: &'static State) -> std::io::Result<()> {
+    if let Some(path) = state.cfg.samples.clone() {
+        thread::Builder::new()
+            .name("pgibs-samples".into())
+            .spawn(move || writer(state, &path))?;
+    }
+    if let Some(path) = state.cfg.ctl.clone() {
+        thread::Builder::new()
+            .name("pgibs-ctl".into())
+            .spawn(move || control(state, &path))?;
+    }
+    Ok(())
+}
+
+/// Drains every vCPU's ring each millisecond onto the samples socket, after a header when the
+/// connection is new or the guest asked for one (SYNC): Linux discards what arrives on a
+/// virtio port while no process has it open, so a reader that opens the port later needs a
+/// fresh record boundary to find. A blocking write (the
+/// guest not reading: QEMU stops taking bytes) only stalls this thread; the rings then fill
+/// and the vCPUs drop and count.
+fn writer(state: &'static State, path: &Path) {
+    let mut buf = Vec::with_capacity(1 << 16);
+    loop {
+        let mut sock = connect(path);
+        if sock.write_all(HEADER).is_err() {
+            continue;
+        }
+        loop {
+            buf.clear();
+            if state.sync.swap(false, Relaxed) {
+                buf.extend_from_slice(HEADER);
+            }
+            let mut n = 0;
+            for v in state.vcpus.iter() {
+                v.ring.drain(|s| {
+                    if encode(s, &mut buf) {
+                        n += 1;
+                    } else {
+                        state.header_like.fetch_add(1, Relaxed);
+                    }
+                });
+            }
+            if !buf.is_empty() {
+                if sock.write_all(&buf).is_err() {
+                    // The connection broke: these records are lost and not counted as sent;
+                    // the next connection starts with a header again.
+                    break;
+                }
+                state.add_sent(n);
+            }
+            thread::sleep(FLUSH_EVERY);
+        }
+    }
+}
+
+/// Answers the control protocol (README.md) on the control socket.
+fn control(state: &'static State, path: &Path) {
+    loop {
+        let sock = connect(path);
+        let Ok(mut out) = sock.try_clone() else {
+            continue;
+        };
+        for line in BufReader::new(sock).lines() {
+            let Ok(line) = line else { break };
+            let reply = answer(state, line.trim());
+            if out.write_all(&reply).is_err() {
+                break;
+            }
+        }
+        // EOF or an error: QEMU went away or the chardev reset; connect again.
+        thread::sleep(RETRY_EVERY);
+    }
+}
+
+fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
+    let t = state.totals(counts);
+    format!(
+        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={}\n",
+        t.pages,
+        t.accesses,
+        t.fast_user,
+        t.slow_user,
+        t.modelled_ns,
+        t.samples_sent,
+        t.samples_dropped,
+        t.outside,
+        state.slow_ns.load(Relaxed),
+        state.cfg.period,
+    )
+}
+
+/// The reply to one command line.
+pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
+    let mut words = cmd.split_ascii_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("RESET"), None, _) => {
+            state.reset();
+            b"OK\n".to_vec()
+        }
+        (Some("STATS"), None, _) => counts_line(state, &state.page_counts()).into_bytes(),
+        (Some("DUMP"), None, _) => {
+            let counts = state.page_counts();
+            let mut out = counts_line(state, &counts).into_bytes();
+            out.reserve(counts.len() * 8);
+            for (pfn, count) in counts {
+                out.extend_from_slice(&pfn.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+            }
+            out
+        }
+        (Some("SYNC"), None, _) => {
+            state.sync.store(true, Relaxed);
+            b"OK\n".to_vec()
+        }
+        (Some("SLOW_NS"), Some(n), None) => match crate::config::parse_u64(n) {
+            Some(ns) if ns <= 1_000_000 => {
+                state.slow_ns.store(ns, Relaxed);
+                b"OK\n".to_vec()
+            }
+            _ => b"ERR SLOW_NS takes 0..=1000000\n".to_vec(),
+        },
+        (None, _, _) => Vec::new(),
+        _ => format!("ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n)\n")
+            .into_bytes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn protocol() {
+        let cfg = Config {
+            ram_mb: 1,
+            ring: 16,
+            ..Config::default()
+        };
+        let s = State::new(cfg, 1);
+        s.on_access(0, 0x1000, 0x3000, || false);
+        s.on_access(0, 0x1000, 0x3000, || false);
+        let dump = answer(&s, "DUMP");
+        let nl = dump.iter().position(|&b| b == b'\n').unwrap();
+        let line = std::str::from_utf8(&dump[..nl]).unwrap();
+        assert!(
+            line.starts_with("COUNTS pages=1 accesses=2 fast_user=2 slow_user=0 modelled_ns=286 "),
+            "{line}"
+        );
+        assert_eq!(&dump[nl + 1..], &[3, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(answer(&s, "SLOW_NS 250"), b"OK\n");
+        assert!(
+            String::from_utf8(answer(&s, "STATS"))
+                .unwrap()
+                .contains(" slow_ns=250 ")
+        );
+        assert_eq!(answer(&s, "RESET"), b"OK\n");
+        assert!(
+            String::from_utf8(answer(&s, "STATS"))
+                .unwrap()
+                .starts_with("COUNTS pages=0 accesses=0 ")
+        );
+        assert!(answer(&s, "FOO").starts_with(b"ERR"));
+        assert!(answer(&s, "").is_empty());
+    }
+}

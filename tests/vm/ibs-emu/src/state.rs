@@ -1,0 +1,346 @@
+//! What the per-access callback updates, and the totals the control socket reads.
+//!
+//! Everything a vCPU touches on an access is its own: under MTTCG every vCPU runs on its own
+//! host thread, so shared counters would bounce cache lines between them (and an atomic
+//! read-modify-write costs a locked instruction per access). Each counter is an atomic only so
+//! that the control thread may read it while the vCPU runs; the vCPU updates it with a plain
+//! load and store (`bump`), which compiles to an ordinary `add`. RESET never writes a vCPU's
+//! counters: it records their current values as a baseline that later reads subtract, so a
+//! reset racing an access cannot leave a stale count behind.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, PhysFix};
+use crate::ring::Ring;
+
+/// Addresses below this are in the lower canonical half, i.e. user space under Linux.
+///
+/// Plugin API v1 tells a memory callback neither the privilege level nor the MMU index, so
+/// "user-mode" is judged by the virtual address. A kernel access to user memory (copy_to_user)
+/// therefore counts as user-mode, as IBS would not; the guest's kernel is not sampled otherwise.
+pub const USER_TOP: u64 = 0x0000_8000_0000_0000;
+pub const PAGE_SHIFT: u32 = 12;
+
+/// One sample as it goes out on the samples socket (see `ring` for the wire form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub vaddr: u64,
+    pub paddr: u64,
+    pub vcpu: u32,
+    pub is_store: bool,
+}
+
+/// Adds one to a counter only its vCPU writes (see the module comment).
+#[inline(always)]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+}
+
+/// xorshift64*: a few cycles, enough to spread the sampling period's low bits.
+#[inline]
+fn next_random(state: &AtomicU64) -> u64 {
+    let mut x = state.load(Relaxed);
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    state.store(x, Relaxed);
+    x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+/// A vCPU's counters and sample ring; written only by that vCPU's thread.
+#[repr(align(128))]
+pub struct Vcpu {
+    pub fast_user: AtomicU64,
+    pub slow_user: AtomicU64,
+    /// Accesses whose physical address lies beyond `ram_mb` (not counted per page).
+    pub outside: AtomicU64,
+    /// User-mode accesses left until the next sample.
+    countdown: AtomicU64,
+    rng: AtomicU64,
+    /// Samples that found the ring full.
+    pub dropped: AtomicU64,
+    /// Accesses per guest-physical 4 KiB page.
+    pub pages: Box<[AtomicU32]>,
+    pub ring: Ring,
+}
+
+/// Totals over all vCPUs, minus the baseline of the last RESET.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub pages: u64,
+    pub accesses: u64,
+    pub fast_user: u64,
+    pub slow_user: u64,
+    pub modelled_ns: u64,
+    pub samples_sent: u64,
+    pub samples_dropped: u64,
+    pub outside: u64,
+}
+
+/// Counter values at the last RESET.
+#[derive(Default)]
+struct Baseline {
+    pages: Vec<Vec<u32>>,
+    fast_user: u64,
+    slow_user: u64,
+    outside: u64,
+    sent: u64,
+    dropped: u64,
+}
+
+pub struct State {
+    pub cfg: Config,
+    /// Applied to QEMU's reported physical addresses before anything else.
+    pub fix: PhysFix,
+    slow_lo: u64,
+    slow_len: u64,
+    /// Settable at run time (control command `SLOW_NS`), read on every slow access.
+    pub slow_ns: AtomicU64,
+    pub vcpus: Box<[Vcpu]>,
+    /// Records the writer thread got onto the samples socket.
+    pub sent: AtomicU64,
+    /// Set by the control command SYNC: the writer sends a header before its next records.
+    pub sync: AtomicBool,
+    /// Samples the writer dropped because their vaddr reads as a header (counted as dropped).
+    pub header_like: AtomicU64,
+    baseline: std::sync::Mutex<Baseline>,
+}
+
+impl State {
+    pub fn new(cfg: Config, n_vcpus: usize) -> State {
+        let n_pages = (cfg.ram_mb << (20 - PAGE_SHIFT)) as usize;
+        let vcpus = (0..n_vcpus)
+            .map(|i| {
+                let v = Vcpu {
+                    fast_user: AtomicU64::new(0),
+                    slow_user: AtomicU64::new(0),
+                    outside: AtomicU64::new(0),
+                    countdown: AtomicU64::new(0),
+                    // xorshift must not start at 0.
+                    rng: AtomicU64::new(cfg.seed ^ (0x9e37_79b9_7f4a_7c15 * (i as u64 + 1)) | 1),
+                    dropped: AtomicU64::new(0),
+                    pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
+                    ring: Ring::new(cfg.ring),
+                };
+                v.countdown.store(reload(cfg.period, &v.rng), Relaxed);
+                v
+            })
+            .collect();
+        State {
+            fix: PhysFix::new(&cfg.memdev_mb),
+            slow_lo: cfg.slow_lo,
+            slow_len: cfg.slow_hi - cfg.slow_lo,
+            slow_ns: AtomicU64::new(cfg.slow_ns),
+            vcpus,
+            sent: AtomicU64::new(0),
+            sync: AtomicBool::new(false),
+            header_like: AtomicU64::new(0),
+            baseline: std::sync::Mutex::new(Baseline::default()),
+            cfg,
+        }
+    }
+
+    /// The per-access work: page count, modelled clock and sampling for user-mode accesses,
+    /// and the slow tier's delay. `is_store` is only asked when a sample is taken (it is a
+    /// call into QEMU).
+    #[inline(always)]
+    pub fn on_access(&self, vcpu: u32, vaddr: u64, paddr: u64, is_store: impl FnOnce() -> bool) {
+        let Some(v) = self.vcpus.get(vcpu as usize) else {
+            return;
+        };
+        match v.pages.get((paddr >> PAGE_SHIFT) as usize) {
+            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
+            None => bump(&v.outside),
+        }
+        let slow = paddr.wrapping_sub(self.slow_lo) < self.slow_len;
+        if vaddr < USER_TOP {
+            bump(if slow { &v.slow_user } else { &v.fast_user });
+            let left = v.countdown.load(Relaxed);
+            if left > 1 {
+                v.countdown.store(left - 1, Relaxed);
+            } else {
+                v.countdown.store(reload(self.cfg.period, &v.rng), Relaxed);
+                let s = Sample {
+                    vaddr,
+                    paddr,
+                    vcpu,
+                    is_store: is_store(),
+                };
+                if !v.ring.push(&s) {
+                    bump(&v.dropped);
+                }
+            }
+        }
+        if slow {
+            let ns = self.slow_ns.load(Relaxed);
+            if ns != 0 {
+                spin(ns);
+            }
+        }
+    }
+
+    /// Per-page counts since the last RESET, summed over vCPUs: `(pfn, count)` for every page
+    /// with a count, in pfn order.
+    pub fn page_counts(&self) -> Vec<(u32, u32)> {
+        let base = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        let n = self.vcpus.first().map_or(0, |v| v.pages.len());
+        let mut out = Vec::new();
+        for pfn in 0..n {
+            let mut sum = 0u32;
+            for (i, v) in self.vcpus.iter().enumerate() {
+                let b = base
+                    .pages
+                    .get(i)
+                    .and_then(|p| p.get(pfn))
+                    .copied()
+                    .unwrap_or(0);
+                sum = sum.wrapping_add(v.pages[pfn].load(Relaxed).wrapping_sub(b));
+            }
+            if sum != 0 {
+                out.push((pfn as u32, sum));
+            }
+        }
+        out
+    }
+
+    /// The scalar counters since the last RESET (`pages` and `accesses` from `counts`).
+    pub fn totals(&self, counts: &[(u32, u32)]) -> Totals {
+        let base = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        let sum = |f: fn(&Vcpu) -> u64| self.vcpus.iter().map(f).sum::<u64>();
+        let fast_user = sum(|v| v.fast_user.load(Relaxed)).wrapping_sub(base.fast_user);
+        let slow_user = sum(|v| v.slow_user.load(Relaxed)).wrapping_sub(base.slow_user);
+        let outside = sum(|v| v.outside.load(Relaxed)).wrapping_sub(base.outside);
+        Totals {
+            pages: counts.len() as u64,
+            accesses: counts.iter().map(|&(_, c)| u64::from(c)).sum::<u64>() + outside,
+            fast_user,
+            slow_user,
+            modelled_ns: fast_user * self.cfg.fast_model_ns + slow_user * self.cfg.slow_model_ns,
+            samples_sent: self.sent.load(Relaxed).wrapping_sub(base.sent),
+            samples_dropped: (sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed))
+                .wrapping_sub(base.dropped),
+            outside,
+        }
+    }
+
+    /// RESET: every counter reads 0 from now on (see the module comment).
+    pub fn reset(&self) {
+        let mut base = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        base.pages = self
+            .vcpus
+            .iter()
+            .map(|v| v.pages.iter().map(|c| c.load(Relaxed)).collect())
+            .collect();
+        let sum = |f: fn(&Vcpu) -> u64| self.vcpus.iter().map(f).sum::<u64>();
+        base.fast_user = sum(|v| v.fast_user.load(Relaxed));
+        base.slow_user = sum(|v| v.slow_user.load(Relaxed));
+        base.outside = sum(|v| v.outside.load(Relaxed));
+        base.dropped = sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed);
+        base.sent = self.sent.load(Relaxed);
+    }
+
+    /// Called by the writer thread after `n` records reached the socket.
+    pub fn add_sent(&self, n: u64) {
+        self.sent.fetch_add(n, Release);
+    }
+}
+
+/// The next countdown, as IBS op sampling counts: the hardware counts in units of 16 up to
+/// IbsOpMaxCnt, which holds period >> 4 (`perf_ibs_handle_irq` in
+/// arch/x86/events/amd/ibs.c), from a current count (IbsOpCurCnt) whose low bits it preloads at
+/// random so that samples do not lock onto a loop (arch/x86/include/asm/perf_event.h: "The
+/// lower 7 bits of the current count are random bits preloaded by hardware"; the old oprofile
+/// driver randomised them in software). We randomise the low 4 bits: the interval is
+/// `(period & !15) - r` with r uniform in 0..16, a mean of `(period & !15) - 7.5`.
+#[inline]
+fn reload(period: u64, rng: &AtomicU64) -> u64 {
+    ((period & !0xf) - (next_random(rng) >> 60)).max(1)
+}
+
+/// Busy-waits `ns` host nanoseconds on the monotonic clock (`Instant` is CLOCK_MONOTONIC via
+/// the vDSO: about 20 ns a read, fine against the hundreds of ns spun here). Sleeping would
+/// give the host CPU away and take tens of microseconds.
+#[inline(never)]
+fn spin(ns: u64) {
+    let start = Instant::now();
+    let d = Duration::from_nanos(ns);
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(period: u64) -> State {
+        let cfg = Config {
+            period,
+            ram_mb: 4,
+            ring: 1 << 16,
+            ..Config::default()
+        };
+        State::new(cfg, 2)
+    }
+
+    #[test]
+    fn counts_pages_and_user_accesses() {
+        let s = state(10_000);
+        s.on_access(0, 0x1000, 0x5000, || false);
+        s.on_access(1, 0x1000, 0x5000, || false);
+        s.on_access(1, USER_TOP + 8, 0x6000, || false); // kernel
+        s.on_access(0, 0x1000, 0x8000_1000, || false); // slow, beyond ram_mb
+        s.on_access(7, 0x1000, 0x5000, || false); // no such vCPU: ignored
+        let counts = s.page_counts();
+        assert_eq!(counts, vec![(5, 2), (6, 1)]);
+        let t = s.totals(&counts);
+        assert_eq!(
+            (t.fast_user, t.slow_user, t.outside, t.accesses),
+            (2, 1, 1, 4)
+        );
+        assert_eq!(t.modelled_ns, 2 * 143 + 320);
+        s.reset();
+        let counts = s.page_counts();
+        assert!(counts.is_empty());
+        assert_eq!(s.totals(&counts), Totals::default());
+        s.on_access(1, 0x1000, 0x5000, || false);
+        assert_eq!(s.page_counts(), vec![(5, 1)]);
+    }
+
+    #[test]
+    fn samples_one_in_period_with_random_low_bits() {
+        let s = state(64);
+        let n = 64 * 10_000;
+        for i in 0..n {
+            s.on_access(0, 0x10_0000 + (i % 4096) * 8, 0x1000, || i % 2 == 0);
+        }
+        let mut got = Vec::new();
+        s.vcpus[0].ring.drain(|r| got.push(*r));
+        // Mean interval 64 - 7.5: about 11,300 samples.
+        assert!((10_900..=11_800).contains(&got.len()), "{}", got.len());
+        assert!(got.iter().all(|r| r.vcpu == 0 && r.paddr == 0x1000));
+        assert!(got.iter().any(|r| r.is_store) && got.iter().any(|r| !r.is_store));
+        // Kernel accesses are never sampled.
+        for _ in 0..1000 {
+            s.on_access(1, USER_TOP, 0x1000, || false);
+        }
+        assert!(s.vcpus[1].ring.is_empty());
+    }
+
+    #[test]
+    fn full_ring_drops_and_counts() {
+        let cfg = Config {
+            period: 16,
+            ram_mb: 1,
+            ring: 4,
+            ..Config::default()
+        };
+        let s = State::new(cfg, 1);
+        for _ in 0..16 * 100 {
+            s.on_access(0, 0x1000, 0x1000, || false);
+        }
+        let t = s.totals(&s.page_counts());
+        assert!(t.samples_dropped > 80, "{t:?}");
+    }
+}
