@@ -129,6 +129,11 @@ struct SourceThread {
 /// the threads, wait for the end, shut down.
 pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError> {
     let started = Instant::now();
+    // First: from here on SIGHUP, SIGTERM and SIGINT are caught (and queued until their thread
+    // runs). The control socket is bound below and accepts connections at once; a client that
+    // sees it and sends SIGHUP (a reload) must not find the default action, which ends the
+    // process.
+    let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
     let (topology, tracker) = read_machine(config)?;
     let scope = Arc::clone(tracker.scope());
     // Everything that can fail on a bad setting or a busy resource is done before the first
@@ -137,7 +142,7 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     let stats_file = open_stats_json(opts)?;
     let pipeline = build_pipeline(config, &topology, &scope, opts)?;
     let listeners = Listeners::bind(config)?;
-    let running = start(config, opts, pipeline, sources, listeners, tracker)?;
+    let running = start(config, opts, pipeline, sources, listeners, tracker, signals)?;
 
     // A duration past what an Instant can hold is no deadline in practice.
     let deadline = opts.duration.and_then(|d| started.checked_add(d));
@@ -304,10 +309,11 @@ fn start(
     opened: OpenedSources,
     listeners: Listeners,
     tracker: ScopeTracker,
+    signals: Signals,
 ) -> Result<Running, DaemonError> {
     let (events_tx, events) = crossbeam_channel::unbounded::<Event>();
     let plane_slot: Arc<OnceLock<Arc<ControlPlane>>> = Arc::new(OnceLock::new());
-    let signals = start_signals(events_tx.clone(), Arc::clone(&plane_slot))?;
+    let signals = start_signals(signals, events_tx.clone(), Arc::clone(&plane_slot))?;
     let limits = RateLimits::default();
     // One clock for every user of the buckets (their refill compares its readings).
     let clock = MonotonicClock::default();
@@ -388,10 +394,10 @@ fn start(
 /// Turns SIGTERM and SIGINT into events; SIGHUP reloads the config through the control plane
 /// once it exists.
 fn start_signals(
+    mut signals: Signals,
     events: Sender<Event>,
     plane_slot: Arc<OnceLock<Arc<ControlPlane>>>,
 ) -> Result<signal_hook::iterator::Handle, DaemonError> {
-    let mut signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
     let handle = signals.handle();
     spawn("pghot-signals".into(), move || {
         for signal in signals.forever() {

@@ -183,7 +183,8 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(config_text: &str) -> Daemon {
+    /// Starts pghotd and returns as soon as its socket file exists, before it answers.
+    fn spawn(config_text: &str) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("ctl.sock");
         let config = dir.path().join("pghotd.toml");
@@ -205,11 +206,16 @@ impl Daemon {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
-        while UnixStream::connect(&socket).is_err() {
+        while !socket.exists() {
             assert!(Instant::now() < deadline, "no socket");
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(1));
         }
-        let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        // O_RDWR never waits for the other end, and keeps a writer on the FIFO.
+        let writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
         Daemon {
             child,
             dir,
@@ -219,13 +225,24 @@ impl Daemon {
         }
     }
 
+    fn start(config_text: &str) -> Daemon {
+        let d = Daemon::spawn(config_text);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while UnixStream::connect(&d.socket).is_err() {
+            assert!(Instant::now() < deadline, "no answer; log:\n{}", d.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("pghotd.log")).unwrap_or_default()
     }
 
     /// One request over the socket; the answer must come within 3 s.
     fn ask(&self, request: serde_json::Value) -> serde_json::Value {
-        let mut s = UnixStream::connect(&self.socket).unwrap();
+        let mut s = UnixStream::connect(&self.socket)
+            .unwrap_or_else(|e| panic!("connecting for {request}: {e}; log:\n{}", self.log()));
         s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         writeln!(s, "{request}").unwrap();
         let mut line = String::new();
@@ -277,6 +294,25 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The socket accepts connections from the moment it is bound; a client (or an operator's
+/// `systemctl reload`) that sends SIGHUP then must find the signal handled, not its default
+/// action, which ends the process. Seen as a flake of the test below under load, before the
+/// handlers were installed first.
+#[test]
+fn sighup_as_soon_as_the_socket_exists_is_a_reload_not_the_end() {
+    for _ in 0..5 {
+        let mut d = Daemon::spawn("freq_threshold = 3\n");
+        d.signal(nix::sys::signal::Signal::SIGHUP);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            d.child.try_wait().unwrap().is_none(),
+            "SIGHUP ended pghotd; log:\n{}",
+            d.log()
+        );
+        assert_eq!(d.get("freq_threshold"), 3, "log:\n{}", d.log());
     }
 }
 
