@@ -27,11 +27,18 @@ usage: tests/vm/rig.sh --guest debian [OPTIONS] service
   service               install the .deb in the guest and check pghotd as a systemd service
   exec                  run the script given by --exec in the guest (as root, once
                         multi-user.target is reached), its output on stderr: for investigating
+  --app APP SCENARIO... a packaged program under each promoter, the slow node made slow by the
+                        ibs-emu plugin: APP redis; SCENARIO baseline, numab2, damon,
+                        pghotd-softdirty, pghotd-damon (or all); one RESULT {json} each
 Options:
   --duration SECS       each check's workload runs this long (default 12)
   --deb PATH            install this .deb instead of building one (packaging/build-packages.sh)
   --workload-bin PATH   a static pghot-workload instead of building one
   --exec FILE           the script the exec scenario runs
+  --slow-ns N           --app: host ns spun per access to the slow node (default 600: a
+                        dependent load from node 2 takes about 2.2x one from node 0)
+  --rounds N            --app: rounds of the measured phase (default 6)
+  --round-ops N         --app: requests per round (default 20000)
   --keep-console DIR    save the cleaned console as DIR/service.console
   -v, --verbose         stream the guest's console to stderr
 Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
@@ -47,6 +54,10 @@ deb=
 workload_bin=
 keep_dir=
 exec_file=
+app=
+slow_ns=600
+rounds=6
+round_ops=20000
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -57,9 +68,14 @@ while [ $# -gt 0 ]; do
 	--workload-bin) need_arg "$@"; workload_bin=$2; shift ;;
 	--keep-console) need_arg "$@"; keep_dir=$2; shift ;;
 	--exec) need_arg "$@"; exec_file=$2; shift ;;
+	--app) need_arg "$@"; app=$2; shift ;;
+	--slow-ns) need_arg "$@"; slow_ns=$2; shift ;;
+	--rounds) need_arg "$@"; rounds=$2; shift ;;
+	--round-ops) need_arg "$@"; round_ops=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
-	service | exec) scenarios+=("$1") ;;
+	service | exec | baseline | numab2 | damon | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
+	all) scenarios+=(baseline numab2 damon pghotd-softdirty pghotd-damon) ;;
 	-*) log "unknown option $1 (for the Debian guest)"; usage ;;
 	*) log "unknown scenario $1 for the Debian guest (service)"; usage ;;
 	esac
@@ -68,6 +84,13 @@ done
 [ ${#scenarios[@]} -gt 0 ] || usage
 for s in "${scenarios[@]}"; do
 	[ "$s" != exec ] || [ -r "$exec_file" ] || { log "the exec scenario needs --exec FILE"; usage; }
+	case $s in
+	service | exec) ;;
+	*) [ "$app" = redis ] || { log "scenario $s needs --app redis"; usage; } ;;
+	esac
+done
+for v in slow_ns rounds round_ops; do
+	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
@@ -93,6 +116,11 @@ if [ -z "$workload_bin" ]; then
 	workload_bin=$target_dir/x86_64-unknown-linux-gnu/release/pghot-workload
 fi
 [ -x "$workload_bin" ] || die "$workload_bin: not an executable"
+plugin_so=
+if [ -n "$app" ]; then
+	log "building the ibs-emu QEMU plugin (tests/vm/ibs-emu/build.sh)"
+	plugin_so=$("$here/ibs-emu/build.sh") || die "tests/vm/ibs-emu/build.sh failed"
+fi
 t_built=$(date +%s)
 
 pghot_vm_workdir pghot-rig-debian
@@ -103,6 +131,8 @@ cp "$deb" "$over/opt/pghot-rig/pghotd.deb"
 install -m 0755 "$workload_bin" "$over/opt/pghot-rig/pghot-workload"
 install -m 0755 "$here/debian-service.sh" "$over/opt/pghot-rig/service.sh"
 [ -z "$exec_file" ] || install -m 0755 "$exec_file" "$over/opt/pghot-rig/exec.sh"
+install -m 0755 "$here/debian-app.sh" "$over/opt/pghot-rig/app.sh"
+install -m 0644 "$here/guest-damon.sh" "$over/opt/pghot-rig/guest-damon.sh"
 # The guest's script writes its lines to the serial console, then powers the guest off.
 cat > "$over/etc/systemd/system/pghot-rig.service" <<'EOF'
 [Unit]
@@ -126,7 +156,7 @@ echo "PGHOT-RIG-BEGIN scenario=$scenario"
 case $scenario in
 service) /opt/pghot-rig/service.sh ;;
 exec) /opt/pghot-rig/exec.sh 2>&1 | sed 's/^/rig: exec: /' ;;
-*) echo "PGHOT-RIG-ERROR unknown scenario '$scenario'" ;;
+*) /opt/pghot-rig/app.sh "$scenario" ;;
 esac
 echo PGHOT-RIG-END
 systemctl --no-block poweroff
@@ -139,6 +169,20 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_HOT_MB=16"
 	echo "RIG_DAMON_WATCH_S=$duration"
 	echo "RIG_SKIP_SECURITY=0"
+	echo "RIG_APP=$app"
+	echo "RIG_SLOW_NS=$slow_ns"
+	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
+	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
+	echo "RIG_KEYS=262144"
+	echo "RIG_VALUE_B=1024"
+	echo "RIG_HOT_KEYS=16384"
+	echo "RIG_ROUNDS=$rounds"
+	echo "RIG_ROUND_OPS=$round_ops"
+	echo "RIG_NODE=2"
+	echo "RIG_TARGET_NID=0"
+	echo "RIG_DAMON_QUOTA_MB=128"
+	echo "RIG_DAMON_RESET_MS=1000"
+	echo "RIG_DAMON_MAX_REGIONS=1000"
 } > "$over/etc/pghot-rig.conf"
 pghot_vm_pack "$over" "$work/overlay.cpio.gz"
 # Two gzip'ed cpio archives one after the other: the kernel unpacks both into its rootfs.
@@ -147,8 +191,20 @@ cat "$PGHOT_VM_DEBIAN_IMAGE" "$work/overlay.cpio.gz" > "$work/initrd"
 
 # --- boot ---------------------------------------------------------------------------------
 status=0
+results=()
 for s in "${scenarios[@]}"; do
-	append="console=ttyS0 rdinit=/lib/systemd/systemd panic=-1 quiet systemd.show_status=0 numa_balancing=disable pghot.scenario=$s"
+	append="console=ttyS0 rdinit=/lib/systemd/systemd panic=-1 quiet systemd.show_status=0 pghot.scenario=$s"
+	[ "$s" = numab2 ] || append="$append numa_balancing=disable"
+	# Every program scenario runs on the same machine: the plugin (its cost and the slow node's
+	# delay) is loaded whoever promotes.
+	PGHOT_VM_EXTRA=()
+	if [ -n "$plugin_so" ]; then
+		mkdir -p "$work/sock-$s"
+		# slow_ns only once the guest is up (app.sh sends SLOW_NS): spinning on the slow
+		# node's pages while the kernel unpacks its 350 MB root file system made the boot
+		# take over 8 minutes (soft lockups in the unpacking).
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0
+	fi
 	log "$s: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s)"
 	console=$work/$s.console
 	for attempt in 1 2; do
@@ -166,6 +222,24 @@ for s in "${scenarios[@]}"; do
 	[ -z "$keep_dir" ] || cp "$console" "$keep_dir/$s.console"
 	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$s: /" >&2 || true
 	[ "$s" != exec ] || continue
+	case $s in
+	service) ;;
+	*)
+		result=$(grep -a '^RESULT {' "$console" | tail -n 1 | cut -d' ' -f2-)
+		if [ -z "$result" ] || ! jq -e . <<< "$result" > /dev/null 2>&1; then
+			log "$s: FAILED: no RESULT line (qemu exit $rc, ${wall} s); console tail:"
+			tail -n 30 "$console" | sed 's/^/    /' >&2
+			status=1
+			continue
+		fi
+		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $s: /" >&2
+		result=$(jq -c --argjson wall "$wall" '. + {wall_s: $wall}' <<< "$result")
+		results+=("$result")
+		echo "RESULT $result"
+		[ "$(jq -r '.errors' <<< "$result")" = 0 ] || status=1
+		continue
+		;;
+	esac
 	checks=$(grep -a '^SERVICE-CHECK ' "$console" | awk '{ printf "%s%s\n", $2, ($3 == "true" ? "=true" : "=false") }')
 	figures=$(grep -a '^SERVICE-FIGURE ' "$console" | awk '{ print $2 "=" $3 }')
 	json=$(printf '%s\n' "$checks" | jq -Rn '[inputs | select(length > 0) | split("=") | {(.[0]): (.[1] == "true")}] | add // {}')
@@ -186,5 +260,13 @@ for s in "${scenarios[@]}"; do
 		status=1
 	fi
 done
+if [ ${#results[@]} -gt 0 ]; then
+	printf '%s\n' "${results[@]}" | jq -rs '
+		def f(d): if . == null then "-" else (. * d | round / d | tostring) end;
+		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "MB promoted", "promoter CPU s", "hint faults", "modelled mem ms", "fast/slow MB after"] | @tsv),
+		(.[] | [.scenario, .app, (.ops_per_s | f(1)), (.p50_ms | f(1000)), (.p99_ms | f(1000)), (.mb_promoted | f(10)),
+			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.modelled_mem_ms | f(1)),
+			"\(.app_fast_mb_after)/\(.app_slow_mb_after)"] | @tsv)' | column -t -s $'\t' >&2
+fi
 log "done in $(($(date +%s) - t_start)) s (build $((t_built - t_start)) s)"
 exit "$status"

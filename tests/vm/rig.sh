@@ -212,6 +212,7 @@ work=$PGHOT_VM_WORK
 root=$work/initramfs
 pghot_vm_initramfs_root "$root"
 cp "$here/rig-init.sh" "$root/init"
+cp "$here/guest-damon.sh" "$root/etc/pghot-damon.sh"
 chmod 0755 "$root/init"
 cp "$pghotd_bin" "$root/bin/pghotd"
 cp "$workload_bin" "$root/bin/pghot-workload"
