@@ -118,14 +118,17 @@ promoter_stop() {
 }
 
 apt-get install -y -q /opt/pghot-rig/pghotd.deb > "$work/apt.out" 2>&1 || err "installing pghotd.deb failed"
-[ "$(ctl "SLOW_NS $RIG_SLOW_NS")" = OK ] || err "the plugin refused SLOW_NS $RIG_SLOW_NS"
-info "slow node: $(ctl STATS)"
 app_load
 [ -n "$app_pid" ] && [ -d "/proc/$app_pid" ] || err "no $RIG_APP process"
 info "$RIG_APP pid $app_pid before migratepages: fast/slow MB $(node_mb "$app_pid")"
 migratepages "$app_pid" 0,1 2 || err "migratepages $app_pid 0,1 2 failed"
 read -r fast0 slow0 <<< "$(node_mb "$app_pid")"
 info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
+# The plugin booted disarmed: from here on every access is counted and the slow node is slow,
+# the same for every promoter (the load and the move to node 2 ran at the emulator's speed).
+[ "$(ctl ARM)" = OK ] || err "the plugin refused ARM"
+[ "$(ctl "SLOW_NS $RIG_SLOW_NS")" = OK ] || err "the plugin refused SLOW_NS $RIG_SLOW_NS"
+info "plugin armed: $(ctl STATS)"
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
 promoter_start

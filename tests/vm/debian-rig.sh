@@ -200,10 +200,10 @@ for s in "${scenarios[@]}"; do
 	PGHOT_VM_EXTRA=()
 	if [ -n "$plugin_so" ]; then
 		mkdir -p "$work/sock-$s"
-		# slow_ns only once the guest is up (app.sh sends SLOW_NS): spinning on the slow
-		# node's pages while the kernel unpacks its 350 MB root file system made the boot
-		# take over 8 minutes (soft lockups in the unpacking).
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0
+		# Disarmed until the guest is up (app.sh sends ARM, then SLOW_NS): with every access
+		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
+		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0 armed=0
 	fi
 	log "$s: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s)"
 	console=$work/$s.console

@@ -35,6 +35,11 @@ pub struct Config {
     /// 0 return at once, 1 also look up the hwaddr, 2 also ask for the physical address,
     /// 3 everything (the default).
     pub probe: u8,
+    /// Whether accesses are counted, sampled and slowed from the start (`armed=1`, the
+    /// default). `armed=0` leaves every callback returning at once until the control command
+    /// `ARM`: a guest's boot (the kernel unpacking a large initramfs) then pays only for the
+    /// callbacks themselves, not for the address lookup.
+    pub armed: bool,
 }
 
 /// Undoes QEMU 7.2's `qemu_plugin_hwaddr_phys_addr` for RAM in `-object memory-backend-*`
@@ -97,6 +102,7 @@ impl Default for Config {
             seed: 0x5eed,
             memdev_mb: Vec::new(),
             probe: 3,
+            armed: true,
         }
     }
 }
@@ -132,6 +138,7 @@ impl Config {
                 "ring" => c.ring = num()? as usize,
                 "seed" => c.seed = num()?,
                 "probe" => c.probe = num()?.min(3) as u8,
+                "armed" => c.armed = num()? != 0,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
                 "memdev_mb" => {

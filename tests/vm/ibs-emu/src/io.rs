@@ -135,6 +135,14 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             }
             out
         }
+        (Some("ARM"), None, _) => {
+            state.armed.store(true, Relaxed);
+            b"OK\n".to_vec()
+        }
+        (Some("DISARM"), None, _) => {
+            state.armed.store(false, Relaxed);
+            b"OK\n".to_vec()
+        }
         (Some("SYNC"), None, _) => {
             state.sync.store(true, Relaxed);
             b"OK\n".to_vec()
@@ -147,8 +155,10 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             _ => b"ERR SLOW_NS takes 0..=1000000\n".to_vec(),
         },
         (None, _, _) => Vec::new(),
-        _ => format!("ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n)\n")
-            .into_bytes(),
+        _ => format!(
+            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, ARM, DISARM)\n"
+        )
+        .into_bytes(),
     }
 }
 
@@ -187,6 +197,11 @@ mod tests {
                 .unwrap()
                 .starts_with("COUNTS pages=0 accesses=0 ")
         );
+        assert!(s.armed.load(Relaxed), "armed from the start by default");
+        assert_eq!(answer(&s, "DISARM"), b"OK\n");
+        assert!(!s.armed.load(Relaxed));
+        assert_eq!(answer(&s, "ARM"), b"OK\n");
+        assert!(s.armed.load(Relaxed));
         assert!(answer(&s, "FOO").starts_with(b"ERR"));
         assert!(answer(&s, "").is_empty());
     }

@@ -122,7 +122,7 @@ mod ffi {
         unsafe {
             let state = &*udata.cast_const().cast::<State>();
             let probe = state.cfg.probe;
-            if probe == 0 {
+            if probe == 0 || !state.armed.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
             let hw = qemu_plugin_get_hwaddr(info, vaddr);

@@ -97,6 +97,8 @@ pub struct State {
     slow_len: u64,
     /// Settable at run time (control command `SLOW_NS`), read on every slow access.
     pub slow_ns: AtomicU64,
+    /// Control commands `ARM` / `DISARM` (start: `cfg.armed`); read on every access.
+    pub armed: AtomicBool,
     pub vcpus: Box<[Vcpu]>,
     /// Records the writer thread got onto the samples socket.
     pub sent: AtomicU64,
@@ -118,7 +120,9 @@ impl State {
                     outside: AtomicU64::new(0),
                     countdown: AtomicU64::new(0),
                     // xorshift must not start at 0.
-                    rng: AtomicU64::new(cfg.seed ^ (0x9e37_79b9_7f4a_7c15 * (i as u64 + 1)) | 1),
+                    rng: AtomicU64::new(
+                        cfg.seed ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1) | 1,
+                    ),
                     dropped: AtomicU64::new(0),
                     pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
                     ring: Ring::new(cfg.ring),
@@ -132,6 +136,7 @@ impl State {
             slow_lo: cfg.slow_lo,
             slow_len: cfg.slow_hi - cfg.slow_lo,
             slow_ns: AtomicU64::new(cfg.slow_ns),
+            armed: AtomicBool::new(cfg.armed),
             vcpus,
             sent: AtomicU64::new(0),
             sync: AtomicBool::new(false),
