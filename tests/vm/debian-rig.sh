@@ -263,9 +263,9 @@ done
 if [ ${#results[@]} -gt 0 ]; then
 	printf '%s\n' "${results[@]}" | jq -rs '
 		def f(d): if . == null then "-" else (. * d | round / d | tostring) end;
-		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "MB promoted", "promoter CPU s", "hint faults", "modelled mem ms", "fast/slow MB after"] | @tsv),
+		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "MB promoted", "promoter CPU s", "hint faults", "modelled mem us/op", "fast/slow MB after"] | @tsv),
 		(.[] | [.scenario, .app, (.ops_per_s | f(1)), (.p50_ms | f(1000)), (.p99_ms | f(1000)), (.mb_promoted | f(10)),
-			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.modelled_mem_ms | f(1)),
+			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.modelled_mem_us_per_op | f(10)),
 			"\(.app_fast_mb_after)/\(.app_slow_mb_after)"] | @tsv)' | column -t -s $'\t' >&2
 fi
 log "done in $(($(date +%s) - t_start)) s (build $((t_built - t_start)) s)"
