@@ -168,7 +168,6 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_SIZE_MB=128"
 	echo "RIG_HOT_MB=16"
 	echo "RIG_DAMON_WATCH_S=$duration"
-	echo "RIG_SKIP_SECURITY=0"
 	echo "RIG_APP=$app"
 	echo "RIG_SLOW_NS=$slow_ns"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki

@@ -96,7 +96,7 @@ ok=1
 check installed "$ok" "apt_rc=$rc group=$(getent group pghot) is_enabled=$enabled version=$(dpkg-query -W -f '${Version}' pghotd 2>/dev/null)"
 figure install_s "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')"
 usermod -a -G pghot "$user"
-[ "$RIG_SKIP_SECURITY" = 1 ] || figure exposure "$(systemd-analyze security pghotd --no-pager 2>/dev/null | sed -n 's/.*Overall exposure level for pghotd.service: \([0-9.]*\).*/\1/p')"
+figure exposure "$(systemd-analyze security pghotd --no-pager 2>/dev/null | sed -n 's/.*Overall exposure level for pghotd.service: \([0-9.]*\).*/\1/p')"
 
 # --- softdirty on an unprivileged user's process, a followed (comm) scope -------------------
 # pghotd starts first and follows the workload in: what an operator configures once.
