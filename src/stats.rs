@@ -65,6 +65,12 @@ counters! {
     HwhintKernelAddr => "hwhint_kernel_addr",
     /// Hardware sample dropped by its source: marked invalid, or a malformed RAW payload.
     HwhintInvalidSamples => "hwhint_invalid_samples",
+    /// IBS samples whose RAW payload was longer than the registers its caps word announces
+    /// (a kernel that appends a register pghotd does not know): decoded, the rest ignored.
+    IbsRawLongerThanKnown => "ibs_raw_longer_than_known",
+    /// IBS samples whose RAW payload did not parse, decoded from the kernel's DATA_SRC, ADDR,
+    /// PHYS_ADDR and WEIGHT instead (then kept or dropped like any sample).
+    IbsRawFallbackDecoded => "ibs_raw_fallback_decoded",
     /// Lower-tier samples recorded into the hotness table.
     PghotRecordedAccesses => "pghot_recorded_accesses",
     /// Dropped: pid 0 (idle or kernel context).

@@ -9,7 +9,7 @@
 use perf_event_open_sys::bindings as b;
 
 use super::SourceError;
-use super::hwsample::{HwSample, SampleFields};
+use super::hwsample::{HwSample, Notes, SampleFields};
 use super::ibs::{CpuModel, IbsCaps, IbsConfig, IbsEventConfig, IbsInput};
 use super::pebs::{PebsConfig, PebsEventConfig, PebsRole};
 use super::perf::record::{SampleFormat, SampleRecord};
@@ -117,13 +117,19 @@ struct IbsDecoder {
 
 impl SampleDecoder for IbsDecoder {
     #[inline]
-    fn decode(&self, rec: &SampleRecord<'_>, _: usize, out: &mut Sample) -> Result<(), Counter> {
+    fn decode(
+        &self,
+        rec: &SampleRecord<'_>,
+        _: usize,
+        out: &mut Sample,
+        notes: &mut Notes,
+    ) -> Result<(), Counter> {
         let input = IbsInput {
             sample: fields(rec),
             raw: rec.raw,
             cpu: self.cpu,
         };
-        let hw = super::ibs::classify(&input).map_err(|r| r.counter())?;
+        let hw = super::ibs::classify(&input, notes).map_err(|r| r.counter())?;
         apply(hw, out);
         Ok(())
     }
@@ -188,8 +194,14 @@ struct PebsDecoder;
 
 impl SampleDecoder for PebsDecoder {
     #[inline]
-    fn decode(&self, rec: &SampleRecord<'_>, _: usize, out: &mut Sample) -> Result<(), Counter> {
-        let hw = super::pebs::classify(&fields(rec)).map_err(|r| r.counter())?;
+    fn decode(
+        &self,
+        rec: &SampleRecord<'_>,
+        _: usize,
+        out: &mut Sample,
+        notes: &mut Notes,
+    ) -> Result<(), Counter> {
+        let hw = super::pebs::classify(&fields(rec), notes).map_err(|r| r.counter())?;
         apply(hw, out);
         Ok(())
     }
@@ -281,6 +293,37 @@ mod tests {
         assert_eq!((s.latency, s.source), (Some(420), SourceKind::Ibs));
         assert_eq!(got.count_of(Counter::HwhintKernelMode), 1);
         assert_eq!(got.count_of(Counter::HwhintL1Hits), 1);
+    }
+
+    #[test]
+    fn ibs_raw_tolerance_reaches_the_counters() {
+        let plan = ibs_decoding_plan(CpuModel::UNKNOWN);
+        let mut longer = cxl_load_raw();
+        longer.extend_from_slice(&[0xab; 8]);
+        let short = &cxl_load_raw()[..59];
+        // What a v6.1+ kernel reports for the same load: mem_op LOAD, LVLNUM_CXL.
+        let cxl = PerfMemDataSrc(0)
+            .with_mem_op(op::LOAD)
+            .with_lvl_num(lvlnum::CXL);
+        let mut fallback = record(2, short);
+        fallback.data_src = cxl.0;
+        let got = drain(
+            &plan,
+            &[
+                build::sample(plan.format, &record(2, &longer)),
+                build::sample(plan.format, &fallback),
+                build::sample(plan.format, &record(2, short)),
+            ],
+        );
+        assert_eq!(got.samples.len(), 2);
+        assert!(
+            got.samples
+                .iter()
+                .all(|s| s.served_from == DataSource::ExtMem)
+        );
+        assert_eq!(got.count_of(Counter::IbsRawLongerThanKnown), 1);
+        assert_eq!(got.count_of(Counter::IbsRawFallbackDecoded), 1);
+        assert_eq!(got.count_of(Counter::HwhintInvalidSamples), 1);
     }
 
     #[test]

@@ -71,6 +71,62 @@ impl DropReason {
     }
 }
 
+/// A layout newer than pghotd knows, met and tolerated while decoding one sample. Counted
+/// whether the sample is then kept or dropped, so that a kernel or CPU this code has not seen
+/// shows up in the counters instead of passing silently. Each has its own counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecodeNote {
+    /// An IBS RAW payload longer than the registers its caps word announces: those were
+    /// decoded, the rest ignored.
+    IbsRawLongerThanKnown,
+    /// An IBS RAW payload that did not parse: the kernel-decoded fields were used instead.
+    IbsRawFallbackDecoded,
+}
+
+impl DecodeNote {
+    pub const ALL: &'static [DecodeNote] = &[
+        DecodeNote::IbsRawLongerThanKnown,
+        DecodeNote::IbsRawFallbackDecoded,
+    ];
+
+    pub const fn counter(self) -> Counter {
+        match self {
+            DecodeNote::IbsRawLongerThanKnown => Counter::IbsRawLongerThanKnown,
+            DecodeNote::IbsRawFallbackDecoded => Counter::IbsRawFallbackDecoded,
+        }
+    }
+
+    const fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+/// The notes of one sample, each at most once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Notes(u8);
+
+impl Notes {
+    #[inline]
+    pub fn add(&mut self, note: DecodeNote) {
+        self.0 |= note.bit();
+    }
+
+    pub const fn contains(self, note: DecodeNote) -> bool {
+        self.0 & note.bit() != 0
+    }
+
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = DecodeNote> {
+        DecodeNote::ALL
+            .iter()
+            .copied()
+            .filter(move |&n| self.contains(n))
+    }
+}
+
 /// The kernel-decoded fields of a sample record, as the record parser gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SampleFields {
@@ -148,10 +204,14 @@ pub fn check_cache_hit(src: PerfMemDataSrc, lfb: LfbMeans) -> Result<(), DropRea
 }
 
 /// Classifies a sample from its kernel-decoded fields only (no RAW), for IBS and PEBS alike.
-pub fn classify_decoded(f: &SampleFields, lfb: LfbMeans) -> Result<HwSample, DropReason> {
+pub fn classify_decoded(
+    f: &SampleFields,
+    lfb: LfbMeans,
+    _notes: &mut Notes,
+) -> Result<HwSample, DropReason> {
+    let src = PerfMemDataSrc(f.data_src);
     check_cpumode(f.misc)?;
     check_ip(f.ip)?;
-    let src = PerfMemDataSrc(f.data_src);
     let op = src.access_op().ok_or(DropReason::NonLoadStore)?;
     check_cache_hit(src, lfb)?;
     let vaddr = check_data_addr(f.addr)?;
@@ -241,7 +301,7 @@ mod tests {
         let mut f = fields(load(0, lvlnum::CXL).with_remote(true));
         f.phys_addr = 0x20_0000_1000;
         f.weight = 0x0005_0000_0000_01f4;
-        let s = classify_decoded(&f, LfbMeans::MissInFlight).unwrap();
+        let s = classify_decoded(&f, LfbMeans::MissInFlight, &mut Notes::default()).unwrap();
         assert_eq!(s.vaddr, 0x7f00_0000_1000);
         assert_eq!(s.paddr, Some(0x20_0000_1000));
         assert_eq!((s.op, s.served_from), (AccessOp::Load, DataSource::ExtMem));
@@ -299,7 +359,7 @@ mod tests {
         ];
         for (f, want) in cases {
             assert_eq!(
-                classify_decoded(&f, LfbMeans::MissInFlight),
+                classify_decoded(&f, LfbMeans::MissInFlight, &mut Notes::default()),
                 Err(want),
                 "{f:?}"
             );
@@ -310,10 +370,10 @@ mod tests {
     fn lfb_is_an_l1_hit_on_intel_and_an_unknown_miss_on_ibs() {
         let f = fields(load(lvl::LFB | lvl::HIT, lvlnum::LFB));
         assert_eq!(
-            classify_decoded(&f, LfbMeans::L1Hit),
+            classify_decoded(&f, LfbMeans::L1Hit, &mut Notes::default()),
             Err(DropReason::L1Hit)
         );
-        let s = classify_decoded(&f, LfbMeans::MissInFlight).unwrap();
+        let s = classify_decoded(&f, LfbMeans::MissInFlight, &mut Notes::default()).unwrap();
         assert_eq!(s.served_from, DataSource::Unknown);
     }
 
@@ -322,7 +382,7 @@ mod tests {
         let st = PerfMemDataSrc(0)
             .with_mem_op(op::STORE)
             .with_mem_lvl(lvl::L1 | lvl::MISS);
-        let s = classify_decoded(&fields(st), LfbMeans::L1Hit).unwrap();
+        let s = classify_decoded(&fields(st), LfbMeans::L1Hit, &mut Notes::default()).unwrap();
         assert_eq!(
             (s.op, s.served_from),
             (AccessOp::Store, DataSource::Unknown)

@@ -9,6 +9,7 @@
 
 use perf_event_open_sys::bindings;
 
+use super::hwsample::Notes;
 use super::perf::record::{SampleFormat, SampleRecord};
 use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
 use crate::sample::{Sample, SourceKind};
@@ -65,6 +66,7 @@ impl SampleDecoder for PageFaultDecoder {
         _rec: &SampleRecord<'_>,
         _event: usize,
         _out: &mut Sample,
+        _notes: &mut Notes,
     ) -> Result<(), Counter> {
         // The generic fields are all a fault has: pid, tid, cpu, time and the address. The
         // ingest drops address 0 and kernel addresses with their own counters.

@@ -8,7 +8,9 @@
 //! `mem-loads-aux` event aliases and `intel_pmu_hw_config()` in `arch/x86/events/intel/core.c`;
 //! `precise_ip` in `man 2 perf_event_open`.
 
-use crate::sampler::hwsample::{DropReason, HwSample, LfbMeans, SampleFields, classify_decoded};
+use crate::sampler::hwsample::{
+    DropReason, HwSample, LfbMeans, Notes, SampleFields, classify_decoded,
+};
 use crate::sampler::pmu::{ConfigWords, Pmu, PmuError};
 use crate::topology::SysfsRoot;
 use crate::topology::sysfs::parse_list;
@@ -194,8 +196,8 @@ fn pmu_cpus(root: &SysfsRoot, pmu: &str) -> Result<Option<Vec<u32>>, PebsError> 
 
 /// Classifies a PEBS sample from its kernel-decoded DATA_SRC: L1, LFB and L2 hits, samples
 /// without a user data address and kernel-mode samples are dropped.
-pub fn classify(fields: &SampleFields) -> Result<HwSample, DropReason> {
-    classify_decoded(fields, LfbMeans::L1Hit)
+pub fn classify(fields: &SampleFields, notes: &mut Notes) -> Result<HwSample, DropReason> {
+    classify_decoded(fields, LfbMeans::L1Hit, notes)
 }
 
 #[cfg(test)]
@@ -377,23 +379,32 @@ mod tests {
             (user_sample(PERF_MEM_NA), DropReason::NonLoadStore),
         ];
         for (f, want) in drops {
-            assert_eq!(classify(&f), Err(want), "{f:?}");
+            assert_eq!(classify(&f, &mut Notes::default()), Err(want), "{f:?}");
         }
         let kernel = SampleFields {
             misc: 1,
             ..sample(lvl::L3, lvlnum::L3)
         };
-        assert_eq!(classify(&kernel), Err(DropReason::KernelMode));
+        assert_eq!(
+            classify(&kernel, &mut Notes::default()),
+            Err(DropReason::KernelMode)
+        );
         let no_addr = SampleFields {
             addr: 0,
             ..sample(lvl::L3, lvlnum::L3)
         };
-        assert_eq!(classify(&no_addr), Err(DropReason::InvalidAddr));
+        assert_eq!(
+            classify(&no_addr, &mut Notes::default()),
+            Err(DropReason::InvalidAddr)
+        );
         let kaddr = SampleFields {
             addr: 1 << 63,
             ..sample(lvl::L3, lvlnum::L3)
         };
-        assert_eq!(classify(&kaddr), Err(DropReason::KernelAddr));
+        assert_eq!(
+            classify(&kaddr, &mut Notes::default()),
+            Err(DropReason::KernelAddr)
+        );
     }
 
     #[test]
@@ -404,7 +415,7 @@ mod tests {
                 .0,
             ..sample(0, 0)
         };
-        let s = classify(&remote).unwrap();
+        let s = classify(&remote, &mut Notes::default()).unwrap();
         assert_eq!(
             (s.op, s.served_from),
             (AccessOp::Load, DataSource::RemoteDram)
@@ -413,9 +424,9 @@ mod tests {
             (s.vaddr, s.paddr, s.latency),
             (0x7f00_0000_1000, Some(0x1_2345_6000), Some(250))
         );
-        let l3 = classify(&sample(lvl::L3, lvlnum::L3)).unwrap();
+        let l3 = classify(&sample(lvl::L3, lvlnum::L3), &mut Notes::default()).unwrap();
         assert_eq!(l3.served_from, DataSource::L3);
-        let cxl = classify(&sample(0, lvlnum::CXL)).unwrap();
+        let cxl = classify(&sample(0, lvlnum::CXL), &mut Notes::default()).unwrap();
         assert_eq!(cxl.served_from, DataSource::ExtMem);
     }
 }

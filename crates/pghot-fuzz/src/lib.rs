@@ -19,7 +19,7 @@ use pghot_protocol::{MAX_REQUEST_BYTES, Request, parse_request};
 use pghotd::config::Config;
 use pghotd::sample::{Sample, SourceKind};
 use pghotd::sampler::SampleSink;
-use pghotd::sampler::hwsample::SampleFields;
+use pghotd::sampler::hwsample::{Notes, SampleFields};
 use pghotd::sampler::ibs::{CpuModel, IbsInput, IbsOpRaw, classify};
 use pghotd::sampler::perf::record::{self, Record, SampleFormat};
 use pghotd::sampler::perf::ring::{Ring, RingWriter};
@@ -143,7 +143,8 @@ pub fn ibs_raw(data: &[u8]) {
     };
     for cpu in CPUS {
         for raw in [Some(raw), None] {
-            if let Ok(hw) = classify(&IbsInput { sample, raw, cpu }) {
+            let mut notes = Notes::default();
+            if let Ok(hw) = classify(&IbsInput { sample, raw, cpu }, &mut notes) {
                 assert!(
                     hw.vaddr != 0 && hw.vaddr >> 63 == 0,
                     "vaddr {:#x}",

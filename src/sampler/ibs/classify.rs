@@ -5,9 +5,10 @@ use super::caps::CpuModel;
 use super::decode::{decode_data_src, effective_op_data2};
 use super::regs::IbsOpRaw;
 use crate::sample::{AccessOp, DataSource};
+use crate::sampler::datasrc::PerfMemDataSrc;
 use crate::sampler::hwsample::{
-    DropReason, HwSample, LfbMeans, SampleFields, check_cache_hit, check_cpumode, check_data_addr,
-    classify_decoded,
+    DecodeNote, DropReason, HwSample, LfbMeans, Notes, SampleFields, check_cache_hit,
+    check_cpumode, check_data_addr, classify_decoded,
 };
 
 /// What the record parser hands over for one ibs_op sample.
@@ -23,17 +24,38 @@ pub struct IbsInput<'a> {
 
 /// Classifies one sample. RAW is preferred when present: it carries load/store, L2 miss,
 /// latency and validity bits on every kernel, while DATA_SRC/ADDR/WEIGHT need v6.1
-/// (`perf_ibs_parse_ld_st_data()` in `arch/x86/events/amd/ibs.c`).
-pub fn classify(input: &IbsInput) -> Result<HwSample, DropReason> {
-    match input.raw {
-        Some(bytes) => {
+/// (`perf_ibs_parse_ld_st_data()` in `arch/x86/events/amd/ibs.c`). A RAW payload longer than
+/// its caps announce is decoded and noted; one that does not parse falls back to the kernel's
+/// fields when the kernel decoded them, and is noted too.
+pub fn classify(input: &IbsInput, notes: &mut Notes) -> Result<HwSample, DropReason> {
+    let Some(bytes) = input.raw else {
+        // Without RAW an IBS LFB is the "MAB" case: a miss past L2 (`perf_ibs_get_mem_lvl()`).
+        return classify_decoded(&input.sample, LfbMeans::MissInFlight, notes);
+    };
+    match IbsOpRaw::parse(bytes) {
+        Ok(raw) => {
+            if raw.trailing_bytes != 0 {
+                notes.add(DecodeNote::IbsRawLongerThanKnown);
+            }
             check_cpumode(input.sample.misc)?;
-            let raw = IbsOpRaw::parse(bytes).map_err(|_| DropReason::InvalidSample)?;
             classify_raw(&raw, input.sample.phys_addr, input.cpu)
         }
-        // Without RAW an IBS LFB is the "MAB" case: a miss past L2 (`perf_ibs_get_mem_lvl()`).
-        None => classify_decoded(&input.sample, LfbMeans::MissInFlight),
+        Err(_) if kernel_decoded(&input.sample) => {
+            notes.add(DecodeNote::IbsRawFallbackDecoded);
+            classify_decoded(&input.sample, LfbMeans::MissInFlight, notes)
+        }
+        Err(_) => {
+            check_cpumode(input.sample.misc)?;
+            Err(DropReason::InvalidSample)
+        }
     }
+}
+
+/// The kernel filled DATA_SRC for this op: v6.1+ sets `mem_op` to LOAD or STORE from
+/// IbsOpData3 (`perf_ibs_get_mem_op()`), where older kernels, and any op that is neither,
+/// leave `PERF_MEM_NA`. Without that, ADDR, PHYS_ADDR and WEIGHT were not filled either.
+fn kernel_decoded(f: &SampleFields) -> bool {
+    PerfMemDataSrc(f.data_src).access_op().is_some()
 }
 
 fn classify_raw(raw: &IbsOpRaw, phys_addr: u64, cpu: CpuModel) -> Result<HwSample, DropReason> {
@@ -101,6 +123,17 @@ mod tests {
     use crate::sampler::datasrc::{PERF_MEM_NA, lvl, lvlnum, op};
     use crate::sampler::hwsample::testutil::{load, user_sample};
 
+    /// Classifies, dropping the notes.
+    fn run(input: &IbsInput) -> Result<HwSample, DropReason> {
+        classify(input, &mut Notes::default())
+    }
+
+    /// Classifies, keeping the notes.
+    fn noted(input: &IbsInput) -> (Result<HwSample, DropReason>, Notes) {
+        let mut notes = Notes::default();
+        (classify(input, &mut notes), notes)
+    }
+
     /// A RAW sample; the kernel-decoded fields say nothing (pre-v6.1 kernel).
     fn with_raw(bytes: &[u8], cpu: CpuModel) -> IbsInput<'_> {
         let sample = SampleFields {
@@ -115,11 +148,11 @@ mod tests {
     }
 
     fn raw_classify(b: &RawBuilder, cpu: CpuModel) -> Result<HwSample, DropReason> {
-        classify(&with_raw(&b.bytes(), cpu))
+        run(&with_raw(&b.bytes(), cpu))
     }
 
     fn decoded_classify(sample: SampleFields) -> Result<HwSample, DropReason> {
-        classify(&IbsInput {
+        run(&IbsInput {
             sample,
             raw: None,
             cpu: GENOA,
@@ -175,7 +208,7 @@ mod tests {
         for (misc, want) in [(1, DropReason::KernelMode), (4, DropReason::GuestMode)] {
             let mut i = with_raw(&bytes, GENOA);
             i.sample.misc = misc;
-            assert_eq!(classify(&i), Err(want));
+            assert_eq!(run(&i), Err(want));
         }
         let cases = [
             (
@@ -200,10 +233,7 @@ mod tests {
             assert_eq!(raw_classify(&b, GENOA), Err(want), "{b:?}");
         }
         for bad in [&bytes[..bytes.len() - 1], &[]] {
-            assert_eq!(
-                classify(&with_raw(bad, GENOA)),
-                Err(DropReason::InvalidSample)
-            );
+            assert_eq!(run(&with_raw(bad, GENOA)), Err(DropReason::InvalidSample));
         }
     }
 
@@ -240,7 +270,7 @@ mod tests {
         let bytes = user_load(CAPS_ZEN4).reg(Reg::PhysAd, 0).bytes();
         let mut i = with_raw(&bytes, GENOA);
         i.sample.phys_addr = 0x5000;
-        assert_eq!(classify(&i).unwrap().paddr, Some(0x5000));
+        assert_eq!(run(&i).unwrap().paddr, Some(0x5000));
         let invalid = user_load(CAPS_ZEN4).set("DcPhyAddrValid", 0);
         assert_eq!(raw_classify(&invalid, GENOA).unwrap().paddr, None);
     }
@@ -266,7 +296,7 @@ mod tests {
         let mut i = with_raw(&bytes, GENOA);
         i.sample.data_src = load(0, lvlnum::CXL).0;
         i.sample.addr = 0x1000;
-        assert_eq!(classify(&i), Err(DropReason::L1Hit));
+        assert_eq!(run(&i), Err(DropReason::L1Hit));
     }
 
     #[test]
@@ -359,6 +389,139 @@ mod tests {
         }
     }
 
+    /// A Zen4 user load served by remote extension memory (CXL), as `perf_ibs_handle_irq()` in
+    /// `arch/x86/events/amd/ibs.c` lays out its RAW: the u32 `ibs_caps`, then IbsOpCtl,
+    /// IbsOpRip, IbsOpData, IbsOpData2, IbsOpData3, IbsDcLinAd, IbsDcPhysAd (the
+    /// `MSR_AMD64_IBSOP_REG_MASK` loop), then BrTarget and OpData4 only if caps has them.
+    /// Every value is written out from the kernel's definitions, not from this crate's.
+    fn zen4_remote_cxl_load_raw() -> Vec<u8> {
+        // `IBS_CAPS_AVAIL` (1 << 0) | `OPSAM` (1 << 2) | `OPCNT` (1 << 4) |
+        // `RIPINVALIDCHK` (1 << 7) | `ZEN4` (1 << 11), `arch/x86/include/asm/perf_event.h`;
+        // no `BRNTRGT` (1 << 5) and no `OPDATA4` (1 << 10), so seven registers follow.
+        let caps: u32 = 0x1 | 0x4 | 0x10 | 0x80 | 0x800;
+        // `union ibs_op_ctl`: op_en bit 17, op_val bit 18 (`arch/x86/include/asm/amd-ibs.h`).
+        let ctl: u64 = 1 << 17 | 1 << 18;
+        let rip: u64 = 0x40_1234;
+        // `union ibs_op_data2`: DataSrc 8 (`IBS_DATA_SRC_EXT_EXT_MEM`) is data_src_lo 0 (bits
+        // 0-2) and data_src_hi 1 (bits 6-7, read by `perf_ibs_data_src()`); rmt_node bit 4.
+        let data2: u64 = 1 << 6 | 1 << 4;
+        // `union ibs_op_data3`: ld_op 0, dc_miss 7, dc_lin_addr_valid 17,
+        // dc_phy_addr_valid 18, l2_miss 20, dc_miss_lat 32-47 = 420 cycles.
+        let data3: u64 = 1 | 1 << 7 | 1 << 17 | 1 << 18 | 1 << 20 | 420 << 32;
+        let mut raw = caps.to_le_bytes().to_vec();
+        for reg in [ctl, rip, 0, data2, data3, 0x7f00_dead_b000, 0x80_0000_b000] {
+            raw.extend_from_slice(&reg.to_le_bytes());
+        }
+        assert_eq!(raw.len(), 4 + 7 * 8);
+        raw
+    }
+
+    /// What the load above is: pghotd's sample for it.
+    const ZEN4_REMOTE_CXL_LOAD: HwSample = HwSample {
+        vaddr: 0x7f00_dead_b000,
+        paddr: Some(0x80_0000_b000),
+        op: AccessOp::Load,
+        served_from: DataSource::ExtMem,
+        latency: Some(420),
+    };
+
+    /// What a v6.1+ kernel puts in the record's own fields for that load
+    /// (`perf_ibs_parse_ld_st_data()` in `arch/x86/events/amd/ibs.c`), worked out by hand from
+    /// `include/uapi/linux/perf_event.h`.
+    fn zen4_remote_cxl_load_fields() -> SampleFields {
+        // `perf_ibs_get_mem_op()`: PERF_MEM_OP_LOAD 0x2 at shift 0.
+        let op = 0x2;
+        // `perf_ibs_get_mem_lvl()`: g_zen4_data_src[IBS_DATA_SRC_EXT_EXT_MEM] is LN(CXL)
+        // alone (mem_lvl 0); rmt_node with ZEN4_RMT_NODE_APPLICABLE adds REM | HOPS(1).
+        // PERF_MEM_LVLNUM_CXL 0x9 << 33, PERF_MEM_REMOTE_REMOTE 1 << 37, PERF_MEM_HOPS_1 1 << 43.
+        let level = 0x9 << 33 | 1 << 37 | 1 << 43;
+        // `perf_ibs_get_mem_snoop()`: not a cache source, PERF_MEM_SNOOP_NA 0x1 << 19.
+        let snoop = 0x1 << 19;
+        // `perf_ibs_get_tlb_lvl()`: linear address valid, dc_l1tlb_miss 0:
+        // PERF_MEM_TLB_L1 0x8 | PERF_MEM_TLB_HIT 0x2, at shift 26.
+        let dtlb = (0x8 | 0x2) << 26;
+        // `perf_ibs_get_mem_lock()`: not locked, PERF_MEM_LOCK_NA 0x1 << 24.
+        let lock = 0x1 << 24;
+        SampleFields {
+            misc: 2, // PERF_RECORD_MISC_USER
+            ip: 0x40_1234,
+            pid: 42,
+            addr: 0x7f00_dead_b000,
+            phys_addr: 0x80_0000_b000,
+            data_src: op | level | snoop | dtlb | lock,
+            // PERF_SAMPLE_WEIGHT: `data->weight.full = op_data3.dc_miss_lat`.
+            weight: 420,
+        }
+    }
+
+    #[test]
+    fn a_longer_raw_payload_is_decoded_and_counted() {
+        let exact = zen4_remote_cxl_load_raw();
+        let (got, notes) = noted(&with_raw(&exact, GENOA));
+        assert_eq!(got, Ok(ZEN4_REMOTE_CXL_LOAD));
+        assert!(notes.is_empty());
+        // A kernel that appends an eighth register it does not announce in caps, and one
+        // that appends a u32 (the RAW section is then padded to 8 bytes,
+        // `perf_prepare_sample()`).
+        for tail in [&[0xab; 8][..], &[0xab, 0xcd, 0xef, 0x01, 0, 0, 0, 0]] {
+            let mut longer = exact.clone();
+            longer.extend_from_slice(tail);
+            let (got, notes) = noted(&with_raw(&longer, GENOA));
+            assert_eq!(got, Ok(ZEN4_REMOTE_CXL_LOAD));
+            let seen: Vec<_> = notes.iter().collect();
+            assert_eq!(seen, [DecodeNote::IbsRawLongerThanKnown]);
+        }
+        // Counted even when the sample is then dropped.
+        let mut kernel = with_raw(&exact, GENOA);
+        let mut longer = exact.clone();
+        longer.extend_from_slice(&[0; 8]);
+        kernel.raw = Some(&longer);
+        kernel.sample.misc = 1; // PERF_RECORD_MISC_KERNEL
+        let (got, notes) = noted(&kernel);
+        assert_eq!(got, Err(DropReason::KernelMode));
+        assert!(notes.contains(DecodeNote::IbsRawLongerThanKnown));
+    }
+
+    #[test]
+    fn a_raw_payload_that_does_not_parse_falls_back_to_the_kernel_fields() {
+        let exact = zen4_remote_cxl_load_raw();
+        let fields = zen4_remote_cxl_load_fields();
+        // One byte short, caps only, and a caps word announcing BrTarget and OpData4 that the
+        // seven registers after it do not hold.
+        let mut announcing = exact.clone();
+        announcing[0] |= 1 << 5;
+        announcing[1] |= 1 << 2;
+        for bad in [&exact[..exact.len() - 1], &exact[..4], &announcing[..]] {
+            let input = IbsInput {
+                sample: fields,
+                raw: Some(bad),
+                cpu: GENOA,
+            };
+            let (got, notes) = noted(&input);
+            assert_eq!(got, Ok(ZEN4_REMOTE_CXL_LOAD), "{} bytes", bad.len());
+            let seen: Vec<_> = notes.iter().collect();
+            assert_eq!(seen, [DecodeNote::IbsRawFallbackDecoded]);
+        }
+        // A kernel before v6.1 filled nothing (DATA_SRC stays PERF_MEM_NA): nothing to fall
+        // back to, so the sample is invalid and no fallback is counted.
+        let (got, notes) = noted(&with_raw(&exact[..exact.len() - 1], GENOA));
+        assert_eq!(got, Err(DropReason::InvalidSample));
+        assert!(notes.is_empty());
+        // The fallback applies the same drops: an L2 hit as the kernel reports it,
+        // `L(L2) | LN(L2)` from `perf_ibs_get_mem_lvl()`: LVL_L2 0x20 | LVL_HIT 0x2 at
+        // shift 5, LVLNUM_L2 0x2 at shift 33, with mem_op LOAD.
+        let l2_hit = SampleFields {
+            data_src: 0x2 | (0x20 | 0x2) << 5 | 0x2 << 33,
+            ..fields
+        };
+        let input = IbsInput {
+            sample: l2_hit,
+            raw: Some(&exact[..4]),
+            cpu: GENOA,
+        };
+        assert_eq!(noted(&input).0, Err(DropReason::L2Hit));
+    }
+
     proptest! {
         #[test]
         fn random_bytes_never_panic(
@@ -371,8 +534,8 @@ mod tests {
         ) {
             let mut i = with_raw(&bytes, CpuModel { family, model });
             i.sample = SampleFields { misc, data_src, addr, ..i.sample };
-            let _ = classify(&i);
-            let _ = classify(&IbsInput { raw: None, ..i });
+            let _ = run(&i);
+            let _ = run(&IbsInput { raw: None, ..i });
         }
 
         #[test]
@@ -387,7 +550,7 @@ mod tests {
                 bytes.extend_from_slice(&r.to_le_bytes());
             }
             let cpu = CpuModel { family: 0x19, model };
-            if let Ok(s) = classify(&with_raw(&bytes, cpu)) {
+            if let Ok(s) = run(&with_raw(&bytes, cpu)) {
                 prop_assert!(s.vaddr != 0 && s.vaddr >> 63 == 0);
             }
         }

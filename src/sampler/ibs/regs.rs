@@ -299,10 +299,10 @@ pub enum RawError {
     #[error("IBS RAW payload of {len} bytes is shorter than its 4-byte caps word")]
     NoCaps { len: usize },
     #[error(
-        "IBS RAW payload of {len} bytes, but caps {caps:#x} (BrTarget {br_target}, OpData4 \
-         {op_data4}) make it {expected} bytes"
+        "IBS RAW payload of {len} bytes is shorter than the {expected} bytes its caps {caps:#x} \
+         announce (BrTarget {br_target}, OpData4 {op_data4})"
     )]
-    Length {
+    Short {
         len: usize,
         expected: usize,
         caps: u32,
@@ -330,6 +330,9 @@ pub struct IbsOpRaw {
     pub br_target: Option<u64>,
     /// IbsOpData4 C001_103D, present iff caps OPDATA4.
     pub op_data4: Option<u64>,
+    /// Bytes after the last register the caps word announces, ignored: a register a newer
+    /// kernel appends, or the padding of a RAW section that is not 4 mod 8 bytes long.
+    pub trailing_bytes: usize,
 }
 
 /// The seven op MSRs always present (IbsOpCtl .. IbsDcPhysAd).
@@ -343,40 +346,44 @@ impl IbsOpRaw {
     }
 
     /// Decodes the payload starting at the caps u32 (what perf-event-data's `raw()` returns).
-    /// The length must match what `caps` announces exactly: RAW is not ABI (the
-    /// PERF_RECORD_SAMPLE comment in `include/uapi/linux/perf_event.h`), so any
-    /// other size means a layout this code does not know.
+    /// RAW is not ABI (the PERF_RECORD_SAMPLE comment in `include/uapi/linux/perf_event.h`),
+    /// but `perf_ibs_handle_irq()` has only ever appended: the seven op MSRs, then BrTarget
+    /// and OpData4 as caps announces them. So a longer payload is decoded up to what caps
+    /// announces and the rest is left in `trailing_bytes`; a shorter one is an error.
     pub fn parse(raw: &[u8]) -> Result<IbsOpRaw, RawError> {
         let (caps, regs) = raw
             .split_first_chunk::<CAPS_LEN>()
             .ok_or(RawError::NoCaps { len: raw.len() })?;
         let caps = IbsCaps(u32::from_le_bytes(*caps));
         let expected = Self::expected_len(caps);
-        let (words, rest) = regs.as_chunks::<8>();
-        let (&[ctl, rip, data, data2, data3, lin, phys], optional) = words
-            .split_first_chunk::<FIXED_REGS>()
-            .filter(|_| raw.len() == expected && rest.is_empty())
-            .ok_or(RawError::Length {
+        if raw.len() < expected {
+            return Err(RawError::Short {
                 len: raw.len(),
                 expected,
                 caps: caps.0,
                 br_target: caps.brn_trgt(),
                 op_data4: caps.op_data4(),
-            })?;
-        let mut optional = optional.iter().map(|w| u64::from_le_bytes(*w));
-        let word = u64::from_le_bytes;
+            });
+        }
+        let (words, _) = regs[..expected - CAPS_LEN].as_chunks::<8>();
+        let word = |i: usize| words.get(i).map_or(0, |w| u64::from_le_bytes(*w));
+        // Order of the optionals is BrTarget then OpData4 (`perf_ibs_handle_irq()`).
+        let br_target = caps.brn_trgt().then(|| word(FIXED_REGS));
+        let op_data4 = caps
+            .op_data4()
+            .then(|| word(FIXED_REGS + usize::from(caps.brn_trgt())));
         Ok(IbsOpRaw {
             caps,
-            op_ctl: OpCtl(word(ctl)),
-            op_rip: word(rip),
-            op_data: OpData(word(data)),
-            op_data2: OpData2(word(data2)),
-            op_data3: OpData3(word(data3)),
-            dc_lin_ad: word(lin),
-            dc_phys_ad: word(phys),
-            // Order of the optionals is BrTarget then OpData4 (`perf_ibs_handle_irq()`).
-            br_target: caps.brn_trgt().then(|| optional.next()).flatten(),
-            op_data4: caps.op_data4().then(|| optional.next()).flatten(),
+            op_ctl: OpCtl(word(0)),
+            op_rip: word(1),
+            op_data: OpData(word(2)),
+            op_data2: OpData2(word(3)),
+            op_data3: OpData3(word(4)),
+            dc_lin_ad: word(5),
+            dc_phys_ad: word(6),
+            br_target,
+            op_data4,
+            trailing_bytes: raw.len() - expected,
         })
     }
 
@@ -504,11 +511,23 @@ mod tests {
             assert_eq!(IbsOpRaw::expected_len(IbsCaps(caps)), len);
             let raw = IbsOpRaw::parse(&bytes).unwrap();
             assert_eq!((raw.br_target, raw.op_data4), (br, d4), "caps {caps:#x}");
-            for bad in [len - 8, len - 1, len + 1, len + 8] {
-                let mut v = bytes.clone();
-                v.resize(bad, 0);
-                let err = IbsOpRaw::parse(&v).unwrap_err();
-                assert!(matches!(err, RawError::Length { expected, .. } if expected == len));
+            assert_eq!(raw.trailing_bytes, 0);
+            for short in [len - 8, len - 1] {
+                let err = IbsOpRaw::parse(&bytes[..short]).unwrap_err();
+                assert!(matches!(err, RawError::Short { expected, .. } if expected == len));
+            }
+            for extra in [1, 4, 8, 16] {
+                let mut longer = bytes.clone();
+                longer.resize(len + extra, 0xee);
+                let parsed = IbsOpRaw::parse(&longer).unwrap();
+                assert_eq!(parsed.trailing_bytes, extra, "caps {caps:#x}");
+                assert_eq!(
+                    IbsOpRaw {
+                        trailing_bytes: 0,
+                        ..parsed
+                    },
+                    raw
+                );
             }
         }
         assert_eq!(
@@ -516,7 +535,10 @@ mod tests {
             Err(RawError::NoCaps { len: 3 })
         );
         let msg = IbsOpRaw::parse(&[0x21, 0, 0, 0]).unwrap_err().to_string();
-        assert!(msg.contains("4 bytes, but caps 0x21 (BrTarget true, OpData4 false) make it 68"));
+        assert!(
+            msg.contains("4 bytes is shorter than the 68 bytes its caps 0x21 announce"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -665,6 +687,24 @@ mod tests {
             prop_assert_eq!(raw.dc_phys_ad, regs[6]);
             prop_assert_eq!(raw.br_target, IbsCaps(caps).brn_trgt().then_some(regs[7]));
             prop_assert_eq!(raw.op_data4, IbsCaps(caps).op_data4().then_some(regs[8]));
+        }
+
+        #[test]
+        fn a_longer_payload_decodes_like_the_exact_one(
+            caps in any::<u32>(),
+            regs in any::<[u64; 9]>(),
+            tail in proptest::collection::vec(any::<u8>(), 1..40),
+        ) {
+            let mut bytes = caps.to_le_bytes().to_vec();
+            for r in regs {
+                bytes.extend_from_slice(&r.to_le_bytes());
+            }
+            bytes.truncate(IbsOpRaw::expected_len(IbsCaps(caps)));
+            let exact = IbsOpRaw::parse(&bytes).unwrap();
+            bytes.extend_from_slice(&tail);
+            let longer = IbsOpRaw::parse(&bytes).unwrap();
+            prop_assert_eq!(longer.trailing_bytes, tail.len());
+            prop_assert_eq!(IbsOpRaw { trailing_bytes: 0, ..longer }, exact);
         }
     }
 }

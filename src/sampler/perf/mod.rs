@@ -31,6 +31,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use self::open::CpuEvents;
 use self::period::PeriodControl;
 use self::record::{Record, SampleFormat, SampleRecord};
+use super::hwsample::Notes;
 use super::{Source, SourceError};
 use crate::sample::{AccessOp, Sample, SourceKind};
 use crate::sampler::{SampleSink, SinkFactory};
@@ -86,9 +87,15 @@ pub struct EventClass {
 pub trait SampleDecoder: Send + Sync {
     /// `event` is the index in the plan of the event that wrote the record. `out` arrives with
     /// the generic fields (time, cpu, pid, tid, source) filled and `vaddr` set to the record's
-    /// `addr`.
-    fn decode(&self, rec: &SampleRecord<'_>, event: usize, out: &mut Sample)
-    -> Result<(), Counter>;
+    /// `addr`. `notes` collects what the decoder tolerated (a newer layout), counted whatever
+    /// the outcome.
+    fn decode(
+        &self,
+        rec: &SampleRecord<'_>,
+        event: usize,
+        out: &mut Sample,
+        notes: &mut Notes,
+    ) -> Result<(), Counter>;
 }
 
 /// What a perf source opens and how it reads what comes back.
@@ -500,7 +507,15 @@ impl<'a> CpuReader<'a> {
                     AccessOp::Load,
                     self.plan.kind,
                 );
-                match self.plan.decoder.decode(&rec, slot, &mut sample) {
+                let mut notes = Notes::default();
+                let decoded = self
+                    .plan
+                    .decoder
+                    .decode(&rec, slot, &mut sample, &mut notes);
+                for note in notes.iter() {
+                    sink.count(note.counter(), 1);
+                }
+                match decoded {
                     Ok(()) => {
                         self.batch.push(sample);
                         if self.batch.len() == BATCH {
@@ -778,7 +793,13 @@ mod tests {
     struct OddDropper;
 
     impl SampleDecoder for OddDropper {
-        fn decode(&self, rec: &SampleRecord<'_>, _: usize, _: &mut Sample) -> Result<(), Counter> {
+        fn decode(
+            &self,
+            rec: &SampleRecord<'_>,
+            _: usize,
+            _: &mut Sample,
+            _: &mut Notes,
+        ) -> Result<(), Counter> {
             if rec.addr % 2 == 1 {
                 Err(Counter::DropNoAddress)
             } else {
