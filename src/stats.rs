@@ -71,6 +71,9 @@ counters! {
     /// IBS samples whose RAW payload did not parse, decoded from the kernel's DATA_SRC, ADDR,
     /// PHYS_ADDR and WEIGHT instead (then kept or dropped like any sample).
     IbsRawFallbackDecoded => "ibs_raw_fallback_decoded",
+    /// Hardware samples whose DATA_SRC `mem_region` is a value the kernel's uapi header does
+    /// not define: classified from the level fields, not dropped.
+    DataSrcRegionUnknown => "data_src_region_unknown",
     /// Lower-tier samples recorded into the hotness table.
     PghotRecordedAccesses => "pghot_recorded_accesses",
     /// Dropped: pid 0 (idle or kernel context).

@@ -69,6 +69,11 @@ pub mod lvlnum {
     pub const L4: u64 = 0x4;
     pub const L2_MHB: u64 = 0x5;
     pub const MSC: u64 = 0x6;
+    /// L0, a level before L1 (Panther Cove reports its hits as `OP_LH | LEVEL(L0)` with no
+    /// `mem_lvl` level bit, `pnc_pebs_l2_hit_data_source[]` in `arch/x86/events/intel/ds.c`);
+    /// 0x7 was unused before (commit d2bdcde9626c, "perf/x86/intel: Add support for PEBS
+    /// memory auxiliary info field in DMR").
+    pub const L0: u64 = 0x7;
     pub const UNC: u64 = 0x8;
     /// Named EXTN_MEM in 6.1-rc1, PERF_MEM_LVLNUM_CXL since 6.1-rc3 (commit "perf/mem: Rename
     /// PERF_MEM_LVLNUM_EXTN_MEM to PERF_MEM_LVLNUM_CXL").
@@ -79,6 +84,47 @@ pub mod lvlnum {
     pub const RAM: u64 = 0xd;
     pub const PMEM: u64 = 0xe;
     pub const NA: u64 = 0xf;
+}
+
+/// `mem_region` values (shift 46, 5 bits), from the same commit as [`lvlnum::L0`]: the OMR
+/// encoding of Diamond Rapids' PEBS (`omr_data_source[]` in `arch/x86/events/intel/ds.c`).
+/// Kernels before it leave the bits 0 (NA).
+pub mod region {
+    pub const NA: u64 = 0x0;
+    pub const RSVD: u64 = 0x1;
+    /// The requesting caching agent's shared cache.
+    pub const L_SHARE: u64 = 0x2;
+    /// The requesting caching agent's non-shared cache.
+    pub const L_NON_SHARE: u64 = 0x3;
+    /// Another caching agent's IO agent.
+    pub const O_IO: u64 = 0x4;
+    /// Another caching agent's shared cache.
+    pub const O_SHARE: u64 = 0x5;
+    /// Another caching agent's non-shared cache.
+    pub const O_NON_SHARE: u64 = 0x6;
+    pub const MMIO: u64 = 0x7;
+    /// Memory regions 0 to 7 (`PERF_MEM_REGION_MEM0` .. `MEM7`), which ACPI MRRM maps to
+    /// address ranges.
+    pub const MEM0: u64 = 0x8;
+    pub const MEM7: u64 = 0xf;
+}
+
+/// What `mem_region` says about where an access was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemRegion {
+    /// NA (every kernel before the field) or the reserved value: nothing.
+    None,
+    /// The requesting caching agent's own cache (L_SHARE, L_NON_SHARE).
+    LocalAgent,
+    /// Another caching agent's cache or IO agent (O_IO, O_SHARE, O_NON_SHARE).
+    OtherAgent,
+    /// Memory-mapped IO: not memory pghotd manages.
+    Mmio,
+    /// Memory region 0 to 7. Which memory that is (DRAM, CXL) only ACPI MRRM says, so the
+    /// level fields (local or remote RAM) decide.
+    Memory(u8),
+    /// A value the uapi header does not define (0x10 to 0x1f).
+    Unknown(u8),
 }
 
 /// A field of the union: bit offset and width.
@@ -98,6 +144,7 @@ const REMOTE: Field = Field::new(37, 1);
 const SNOOPX: Field = Field::new(38, 2);
 const BLK: Field = Field::new(40, 3);
 const HOPS: Field = Field::new(43, 3);
+const REGION: Field = Field::new(46, 5);
 
 impl Field {
     const fn new(shift: u32, width: u32) -> Self {
@@ -171,6 +218,9 @@ impl PerfMemDataSrc {
     pub const fn hops(self) -> u64 {
         self.get(HOPS)
     }
+    pub const fn region(self) -> u64 {
+        self.get(REGION)
+    }
 
     pub const fn with_mem_op(self, v: u64) -> Self {
         self.with(OP, v)
@@ -195,6 +245,23 @@ impl PerfMemDataSrc {
     }
     pub const fn with_hops(self, v: u64) -> Self {
         self.with(HOPS, v)
+    }
+    pub const fn with_region(self, v: u64) -> Self {
+        self.with(REGION, v)
+    }
+
+    /// `mem_region`, decoded.
+    pub const fn mem_region(self) -> MemRegion {
+        // The field is 5 bits wide, so the cast cannot truncate.
+        let v = self.region() as u8;
+        match self.region() {
+            region::NA | region::RSVD => MemRegion::None,
+            region::L_SHARE | region::L_NON_SHARE => MemRegion::LocalAgent,
+            region::O_IO | region::O_SHARE | region::O_NON_SHARE => MemRegion::OtherAgent,
+            region::MMIO => MemRegion::Mmio,
+            region::MEM0..=region::MEM7 => MemRegion::Memory(v - region::MEM0 as u8),
+            _ => MemRegion::Unknown(v),
+        }
     }
 
     /// Load or store; `None` for prefetch, exec or NA (not a data access pghotd can use).
@@ -232,7 +299,8 @@ impl PerfMemDataSrc {
         }
         if let Some(n) = self.known_lvl_num() {
             return match n {
-                lvlnum::L1 => Some(CoreCacheHit::L1),
+                // L0 sits before L1; both are the core's own and dropped alike.
+                lvlnum::L0 | lvlnum::L1 => Some(CoreCacheHit::L1),
                 lvlnum::LFB => Some(CoreCacheHit::Lfb),
                 lvlnum::L2 | lvlnum::L2_MHB => Some(CoreCacheHit::L2),
                 _ => None,
@@ -260,15 +328,33 @@ impl PerfMemDataSrc {
         if self.lvl_miss_only() {
             return DataSource::Unknown;
         }
+        if let Some(src) = self.source_from_region() {
+            return src;
+        }
         match self.known_lvl_num() {
             Some(n) => self.source_from_lvl_num(n),
             None => self.source_from_lvl(),
         }
     }
 
+    /// Where `mem_region` is more precise than the level: another agent's cache is a peer
+    /// cache although the kernel reports it as L3, and MMIO is not RAM although it reports
+    /// it as such (`omr_data_source[]`). Memory regions and the local agent's cache add
+    /// nothing the level fields do not say.
+    fn source_from_region(self) -> Option<DataSource> {
+        match self.mem_region() {
+            MemRegion::OtherAgent => Some(DataSource::PeerCache),
+            MemRegion::Mmio => Some(DataSource::Unknown),
+            MemRegion::None
+            | MemRegion::LocalAgent
+            | MemRegion::Memory(_)
+            | MemRegion::Unknown(_) => None,
+        }
+    }
+
     fn source_from_lvl_num(self, n: u64) -> DataSource {
         match n {
-            lvlnum::L1 | lvlnum::LFB => DataSource::L1,
+            lvlnum::L0 | lvlnum::L1 | lvlnum::LFB => DataSource::L1,
             lvlnum::L2 | lvlnum::L2_MHB => DataSource::L2,
             // L4 and memory-side caches are still caches; L3 is the deepest DataSource has.
             lvlnum::L3 | lvlnum::L4 | lvlnum::MSC => DataSource::L3,
@@ -341,7 +427,8 @@ mod tests {
             .with_dtlb(tlb::OS)
             .with_lvl_num(lvlnum::NA)
             .with_remote(true)
-            .with_hops(4);
+            .with_hops(4)
+            .with_region(0x1f);
         assert_eq!(v.0 & 0x1f, 0x10);
         assert_eq!(v.0 >> 5 & 0x3fff, 0x2000);
         assert_eq!(v.0 >> 19 & 0x1f, 0x10);
@@ -350,6 +437,11 @@ mod tests {
         assert_eq!(v.0 >> 33 & 0xf, 0xf);
         assert_eq!(v.0 >> 37 & 1, 1);
         assert_eq!(v.0 >> 43 & 7, 4);
+        // mem_region: bits 46-50 (`PERF_MEM_REGION_SHIFT` 46, `mem_region : 5` after
+        // `mem_hops : 3` in `union perf_mem_data_src`), nothing above.
+        assert_eq!(v.0 >> 46 & 0x1f, 0x1f);
+        assert_eq!(v.0 >> 51, 0);
+        assert_eq!(v.region(), 0x1f);
         assert_eq!((v.mem_op(), v.mem_lvl(), v.snoop()), (0x10, 0x2000, 0x10));
         assert_eq!((v.lock(), v.dtlb(), v.lvl_num()), (2, 0x40, 0xf));
         assert!(v.remote());
@@ -395,7 +487,7 @@ mod tests {
             (lvlnum::IO, false, DataSource::Unknown),
             (lvlnum::UNC, false, DataSource::Unknown),
             (lvlnum::NA, false, DataSource::Unknown),
-            (0x7, false, DataSource::Unknown),
+            (lvlnum::L0, false, DataSource::L1),
         ];
         for (n, remote, want) in cases {
             let v = src().with_lvl_num(n).with_remote(remote);
@@ -438,6 +530,7 @@ mod tests {
     fn core_cache_hits_from_lvl_num_or_legacy_bits() {
         let by_num = |n| src().with_lvl_num(n).core_cache_hit();
         assert_eq!(by_num(lvlnum::L1), Some(CoreCacheHit::L1));
+        assert_eq!(by_num(lvlnum::L0), Some(CoreCacheHit::L1));
         assert_eq!(by_num(lvlnum::LFB), Some(CoreCacheHit::Lfb));
         assert_eq!(by_num(lvlnum::L2), Some(CoreCacheHit::L2));
         assert_eq!(by_num(lvlnum::L3), None);
@@ -452,12 +545,31 @@ mod tests {
         assert_eq!(by_lvl(lvl::LOC_RAM | lvl::HIT), None);
     }
 
+    #[test]
+    fn every_region_value_decodes() {
+        // `PERF_MEM_REGION_*` in `include/uapi/linux/perf_event.h`: 0x0 NA, 0x01 RSVD,
+        // 0x02/0x03 local CA shared/non-shared cache, 0x04 other CA IO agent, 0x05/0x06 other
+        // CA shared/non-shared cache, 0x07 MMIO, 0x08..0x0f memory regions 0..7.
+        let want = |v: u8| match v {
+            0 | 1 => MemRegion::None,
+            2 | 3 => MemRegion::LocalAgent,
+            4..=6 => MemRegion::OtherAgent,
+            7 => MemRegion::Mmio,
+            8..=15 => MemRegion::Memory(v - 8),
+            _ => MemRegion::Unknown(v),
+        };
+        for v in 0..32u8 {
+            let d = src().with_region(v.into());
+            assert_eq!(d.mem_region(), want(v), "region {v:#x}");
+        }
+    }
+
     proptest! {
         #[test]
         fn any_u64_decodes_without_panic(v in any::<u64>()) {
             let d = PerfMemDataSrc(v);
             let _ = (d.mem_op(), d.mem_lvl(), d.snoop(), d.lock(), d.dtlb(), d.lvl_num());
-            let _ = (d.remote(), d.snoopx(), d.blk(), d.hops());
+            let _ = (d.remote(), d.snoopx(), d.blk(), d.hops(), d.mem_region());
             let _ = (d.access_op(), d.core_cache_hit(), d.to_data_source());
         }
     }

@@ -7,7 +7,7 @@
 //! The pid-0 check is the sink's (it counts `pghot_drop_pid_zero`), not done here.
 
 use crate::sample::{AccessOp, DataSource};
-use crate::sampler::datasrc::{CoreCacheHit, PerfMemDataSrc};
+use crate::sampler::datasrc::{CoreCacheHit, MemRegion, PerfMemDataSrc};
 use crate::stats::Counter;
 
 /// A sampled data access that reached memory (or at least left the core).
@@ -81,18 +81,22 @@ pub enum DecodeNote {
     IbsRawLongerThanKnown,
     /// An IBS RAW payload that did not parse: the kernel-decoded fields were used instead.
     IbsRawFallbackDecoded,
+    /// A `mem_region` value the uapi header does not define: the level fields were used.
+    DataSrcRegionUnknown,
 }
 
 impl DecodeNote {
     pub const ALL: &'static [DecodeNote] = &[
         DecodeNote::IbsRawLongerThanKnown,
         DecodeNote::IbsRawFallbackDecoded,
+        DecodeNote::DataSrcRegionUnknown,
     ];
 
     pub const fn counter(self) -> Counter {
         match self {
             DecodeNote::IbsRawLongerThanKnown => Counter::IbsRawLongerThanKnown,
             DecodeNote::IbsRawFallbackDecoded => Counter::IbsRawFallbackDecoded,
+            DecodeNote::DataSrcRegionUnknown => Counter::DataSrcRegionUnknown,
         }
     }
 
@@ -207,9 +211,12 @@ pub fn check_cache_hit(src: PerfMemDataSrc, lfb: LfbMeans) -> Result<(), DropRea
 pub fn classify_decoded(
     f: &SampleFields,
     lfb: LfbMeans,
-    _notes: &mut Notes,
+    notes: &mut Notes,
 ) -> Result<HwSample, DropReason> {
     let src = PerfMemDataSrc(f.data_src);
+    if matches!(src.mem_region(), MemRegion::Unknown(_)) {
+        notes.add(DecodeNote::DataSrcRegionUnknown);
+    }
     check_cpumode(f.misc)?;
     check_ip(f.ip)?;
     let op = src.access_op().ok_or(DropReason::NonLoadStore)?;

@@ -204,7 +204,8 @@ pub fn classify(fields: &SampleFields, notes: &mut Notes) -> Result<HwSample, Dr
 mod tests {
     use super::*;
     use crate::sample::{AccessOp, DataSource};
-    use crate::sampler::datasrc::{PERF_MEM_NA, lvl, lvlnum};
+    use crate::sampler::datasrc::{PERF_MEM_NA, PerfMemDataSrc, lvl, lvlnum};
+    use crate::sampler::hwsample::DecodeNote;
     use crate::sampler::hwsample::testutil::{load, user_sample};
     use crate::sampler::pmu::fixture::{IBS_OP_FULL, INTEL_CPU, root_with};
 
@@ -359,6 +360,100 @@ mod tests {
             ..PebsConfig::default()
         };
         assert!(PebsEventConfig::build(&pmu, &t).is_err());
+    }
+
+    /// `union perf_mem_data_src` values, written out from `include/uapi/linux/perf_event.h`
+    /// for the vectors below (not this crate's constants): each `PERF_MEM_<field>_<value>`
+    /// shifted by its `PERF_MEM_<field>_SHIFT`.
+    mod uapi {
+        pub const OP_LOAD: u64 = 0x2; // PERF_MEM_OP_LOAD, shift 0
+        pub const LVL_SHIFT: u32 = 5;
+        pub const LVL_HIT: u64 = 0x2 << LVL_SHIFT;
+        pub const SNOOP_SHIFT: u32 = 19;
+        pub const SNOOP_NA: u64 = 0x1 << SNOOP_SHIFT;
+        pub const SNOOP_NONE: u64 = 0x2 << SNOOP_SHIFT;
+        pub const SNOOP_HIT: u64 = 0x4 << SNOOP_SHIFT;
+        /// PERF_MEM_TLB_HIT 0x2 | PERF_MEM_TLB_L1 0x8 | PERF_MEM_TLB_L2 0x10, shift 26: what
+        /// `pnc_latency_data()` and `pebs_set_tlb_lock()` add for a load that hit the STLB.
+        pub const TLB_HIT_L1_L2: u64 = (0x2 | 0x8 | 0x10) << 26;
+        pub const LVLNUM_SHIFT: u32 = 33;
+        pub const REMOTE: u64 = 1 << 37; // PERF_MEM_REMOTE_REMOTE
+        pub const BLK_NA: u64 = 0x1 << 40; // PERF_MEM_BLK_NA
+        pub const REGION_SHIFT: u32 = 46;
+    }
+
+    /// A user load with this DATA_SRC, a physical address and a latency.
+    fn kernel_load(data_src: u64) -> SampleFields {
+        SampleFields {
+            phys_addr: 0x1_2345_6000,
+            weight: 250,
+            ..user_sample(PerfMemDataSrc(data_src))
+        }
+    }
+
+    fn served_from(data_src: u64) -> DataSource {
+        classify(&kernel_load(data_src), &mut Notes::default())
+            .unwrap()
+            .served_from
+    }
+
+    #[test]
+    fn panther_cove_l0_hit_is_an_l1_hit() {
+        use uapi::*;
+        // `pnc_pebs_l2_hit_data_source[0x01]` in `arch/x86/events/intel/ds.c`:
+        // OP_LH | LEVEL(L0) | P(SNOOP, NONE), no mem_lvl level bit; `pnc_latency_data()`
+        // adds the TLB hit and BLK NA. PERF_MEM_LVLNUM_L0 is 0x07.
+        let l0 = OP_LOAD | LVL_HIT | SNOOP_NONE | TLB_HIT_L1_L2 | 0x7 << LVLNUM_SHIFT | BLK_NA;
+        assert_eq!(
+            classify(&kernel_load(l0), &mut Notes::default()),
+            Err(DropReason::L1Hit)
+        );
+    }
+
+    #[test]
+    fn diamond_rapids_omr_regions() {
+        use uapi::*;
+        // `omr_data_source[]` and `parse_omr_data_source()` in `arch/x86/events/intel/ds.c`,
+        // for an L2 miss with omr_hitm 0 (so P(SNOOP, HIT)) and `pnc_latency_data()`'s TLB
+        // and BLK bits. PERF_MEM_LVL_L3 0x40, LOC_RAM 0x80, REM_RAM1 0x100; LVLNUM_L3 0x3,
+        // LVLNUM_RAM 0xd.
+        let common = OP_LOAD | LVL_HIT | SNOOP_HIT | TLB_HIT_L1_L2 | BLK_NA;
+        let ram = 0xd << LVLNUM_SHIFT;
+        let l3 = 0x40 << LVL_SHIFT | 0x3 << LVLNUM_SHIFT;
+        let region = |r: u64| r << REGION_SHIFT;
+        let cases = [
+            // 0x08 memory region 0, local: LEVEL(RAM) | P(REGION, MEM0) | P(LVL, LOC_RAM).
+            (ram | region(0x8) | 0x80 << LVL_SHIFT, DataSource::LocalDram),
+            // 0x09 memory region 1, omr_remote: P(LVL, REM_RAM1) | REM.
+            (
+                ram | region(0x9) | 0x100 << LVL_SHIFT | REMOTE,
+                DataSource::RemoteDram,
+            ),
+            // 0x07 MMIO: LEVEL(RAM) | P(REGION, MMIO) and no RAM level bit; not DRAM.
+            (ram | region(0x7), DataSource::Unknown),
+            // 0x05 other CA shared cache: P(LVL, L3) | LEVEL(L3) | P(REGION, O_SHARE).
+            (l3 | region(0x5), DataSource::PeerCache),
+            // 0x02 local CA shared cache, omr_snoop and omr_promoted 0: SNOOP HIT | NA.
+            (l3 | region(0x2) | SNOOP_NA, DataSource::L3),
+        ];
+        for (data_src, want) in cases {
+            assert_eq!(served_from(common | data_src), want, "{data_src:#x}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_region_is_counted_and_the_level_decides() {
+        use uapi::*;
+        // A local RAM load (`pebs_data_source[0x0c]`: P(LVL, LOC_RAM) | LEVEL(RAM)) with a
+        // region value the header does not define (it stops at MEM7, 0x0f).
+        let local_ram = OP_LOAD | LVL_HIT | 0x80 << LVL_SHIFT | SNOOP_NONE | 0xd << LVLNUM_SHIFT;
+        let mut notes = Notes::default();
+        let s = classify(&kernel_load(local_ram | 0x13 << REGION_SHIFT), &mut notes).unwrap();
+        assert_eq!(s.served_from, DataSource::LocalDram);
+        assert!(notes.contains(DecodeNote::DataSrcRegionUnknown));
+        let mut notes = Notes::default();
+        classify(&kernel_load(local_ram | 0x8 << REGION_SHIFT), &mut notes).unwrap();
+        assert!(notes.is_empty());
     }
 
     /// A sampled load that hit at `lvl_bits`, with a physical address and a latency.
