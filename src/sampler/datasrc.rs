@@ -356,8 +356,9 @@ impl PerfMemDataSrc {
         match n {
             lvlnum::L0 | lvlnum::L1 | lvlnum::LFB => DataSource::L1,
             lvlnum::L2 | lvlnum::L2_MHB => DataSource::L2,
+            lvlnum::L3 => self.source_past_l3().unwrap_or(DataSource::L3),
             // L4 and memory-side caches are still caches; L3 is the deepest DataSource has.
-            lvlnum::L3 | lvlnum::L4 | lvlnum::MSC => DataSource::L3,
+            lvlnum::L4 | lvlnum::MSC => DataSource::L3,
             // IBS pre-Zen4 "local node cache" is L3|REM_CCE1 + ANY_CACHE; other CCXs' caches
             // carry REM_CCE* only (`g_data_src`/`g_zen4_data_src` in `arch/x86/events/amd/ibs.c`).
             lvlnum::ANY_CACHE if self.mem_lvl() & lvl::L3 != 0 => DataSource::L3,
@@ -366,6 +367,26 @@ impl PerfMemDataSrc {
             lvlnum::RAM => DataSource::LocalDram,
             lvlnum::CXL | lvlnum::PMEM => DataSource::ExtMem,
             _ => DataSource::Unknown,
+        }
+    }
+
+    /// Intel's table for Sandy Bridge to Broadwell (and the Gracemont E-cores, which patch
+    /// other entries) reports an L3 miss served elsewhere with LEVEL(L3) and the real source
+    /// in `mem_lvl`: remote DRAM as `P(LVL, REM_RAM1) | REM | LEVEL(L3)` (entry 0x0b) and a
+    /// remote cache as `P(LVL, REM_CCE1) | REM | LEVEL(L3)` (0x08, 0x09), in
+    /// `pebs_data_source[]` of `arch/x86/events/intel/ds.c`. Diamond Rapids marks another
+    /// agent's L3 with REM_CCE1 too (`parse_omr_data_source()`). So with LVLNUM L3 the
+    /// remote `mem_lvl` bits win.
+    fn source_past_l3(self) -> Option<DataSource> {
+        let l = self.mem_lvl();
+        if l & lvl::HIT == 0 {
+            None
+        } else if l & (lvl::REM_RAM1 | lvl::REM_RAM2) != 0 {
+            Some(DataSource::RemoteDram)
+        } else if l & (lvl::REM_CCE1 | lvl::REM_CCE2) != 0 {
+            Some(DataSource::PeerCache)
+        } else {
+            None
         }
     }
 

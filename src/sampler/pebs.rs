@@ -521,7 +521,95 @@ mod tests {
         );
         let l3 = classify(&sample(lvl::L3, lvlnum::L3), &mut Notes::default()).unwrap();
         assert_eq!(l3.served_from, DataSource::L3);
-        let cxl = classify(&sample(0, lvlnum::CXL), &mut Notes::default()).unwrap();
-        assert_eq!(cxl.served_from, DataSource::ExtMem);
+    }
+
+    #[test]
+    fn sandy_bridge_to_broadwell_remote_dram_and_remote_cache() {
+        use uapi::*;
+        // `pebs_data_source[]` ("Version for Sandy Bridge and later") in
+        // `arch/x86/events/intel/ds.c`, which those cores use unpatched; `load_latency_data()`
+        // adds the TLB hit and, before Ice Lake's block info, BLK NA. PERF_MEM_LVL_L3 0x40,
+        // LOC_RAM 0x80, REM_RAM1 0x100, REM_CCE1 0x400; SNOOP_MISS 0x8, SNOOP_HITM 0x10;
+        // LVLNUM_L3 0x3, LVLNUM_RAM 0xd.
+        let common = OP_LOAD | LVL_HIT | TLB_HIT_L1_L2 | BLK_NA;
+        let lvl = |bits: u64| bits << LVL_SHIFT;
+        let l3 = 0x3 << LVLNUM_SHIFT;
+        let ram = 0xd << LVLNUM_SHIFT;
+        let none_miss = SNOOP_NONE | 0x8 << SNOOP_SHIFT;
+        let cases = [
+            // 0x04 L3 hit: P(LVL, L3) | LEVEL(L3) | P(SNOOP, NONE).
+            (0x04, lvl(0x40) | l3 | SNOOP_NONE, DataSource::L3),
+            // 0x08 L3 miss, snoop hit: P(LVL, REM_CCE1) | REM | LEVEL(L3) | P(SNOOP, HIT).
+            (
+                0x08,
+                lvl(0x400) | REMOTE | l3 | SNOOP_HIT,
+                DataSource::PeerCache,
+            ),
+            // 0x09 the same with P(SNOOP, HITM).
+            (
+                0x09,
+                lvl(0x400) | REMOTE | l3 | 0x10 << SNOOP_SHIFT,
+                DataSource::PeerCache,
+            ),
+            // 0x0a L3 miss, shared: P(LVL, LOC_RAM) | LEVEL(RAM) | P(SNOOP, HIT).
+            (0x0a, lvl(0x80) | ram | SNOOP_HIT, DataSource::LocalDram),
+            // 0x0b L3 miss, shared: P(LVL, REM_RAM1) | REM | LEVEL(L3) | P(SNOOP, HIT).
+            (
+                0x0b,
+                lvl(0x100) | REMOTE | l3 | SNOOP_HIT,
+                DataSource::RemoteDram,
+            ),
+            // 0x0c L3 miss, excl: P(LVL, LOC_RAM) | LEVEL(RAM) | SNOOP_NONE_MISS.
+            (0x0c, lvl(0x80) | ram | none_miss, DataSource::LocalDram),
+            // 0x0d L3 miss, excl: P(LVL, REM_RAM1) | LEVEL(RAM) | REM | SNOOP_NONE_MISS.
+            (
+                0x0d,
+                lvl(0x100) | ram | REMOTE | none_miss,
+                DataSource::RemoteDram,
+            ),
+        ];
+        for (dse, data_src, want) in cases {
+            assert_eq!(served_from(common | data_src), want, "dse {dse:#x}");
+        }
+        // 0x00 unknown L3 miss: P(OP, LOAD) | P(LVL, MISS) | LEVEL(L3) | P(SNOOP, NA); kept
+        // with no source (the node's tier decides).
+        let unknown = OP_LOAD | lvl(0x4) | l3 | SNOOP_NA | TLB_HIT_L1_L2 | BLK_NA;
+        assert_eq!(served_from(unknown), DataSource::Unknown);
+    }
+
+    #[test]
+    fn skylake_and_later_remote_dram_and_pmem() {
+        use uapi::*;
+        // `__intel_pmu_pebs_data_source_skl()` in `arch/x86/events/intel/ds.c` patches the
+        // table with LEVEL() alone, no mem_lvl level bit. `intel_pmu_init()` in
+        // `arch/x86/events/intel/core.c` passes pmem = true on Sapphire and Granite Rapids:
+        // ds.c has no LEVEL(CXL) entry (LN(CXL) is the AMD IBS driver's, `g_zen4_data_src[]`),
+        // so CXL memory shows up as RAM (0x0b when remote) or PMEM (0x08, 0x09).
+        let common = OP_LOAD | LVL_HIT | TLB_HIT_L1_L2;
+        let cases = [
+            // 0x08: OP_LH | LEVEL(PMEM) | P(SNOOP, HIT); PERF_MEM_LVLNUM_PMEM 0xe.
+            (0x08, 0xe << LVLNUM_SHIFT | SNOOP_HIT, DataSource::ExtMem),
+            // 0x09: OP_LH | LEVEL(PMEM) | REM | P(SNOOP, HIT).
+            (
+                0x09,
+                0xe << LVLNUM_SHIFT | REMOTE | SNOOP_HIT,
+                DataSource::ExtMem,
+            ),
+            // 0x0b: OP_LH | LEVEL(RAM) | REM | P(SNOOP, NONE).
+            (
+                0x0b,
+                0xd << LVLNUM_SHIFT | REMOTE | SNOOP_NONE,
+                DataSource::RemoteDram,
+            ),
+            // 0x0d: OP_LH | LEVEL(ANY_CACHE) | REM | P(SNOOP, HITM); LVLNUM_ANY_CACHE 0xb.
+            (
+                0x0d,
+                0xb << LVLNUM_SHIFT | REMOTE | 0x10 << SNOOP_SHIFT,
+                DataSource::PeerCache,
+            ),
+        ];
+        for (dse, data_src, want) in cases {
+            assert_eq!(served_from(common | data_src), want, "dse {dse:#x}");
+        }
     }
 }
