@@ -5,7 +5,13 @@
 //! ```text
 //! pgibs-guest ctl COMMAND...        send each command, print each text answer line
 //! pgibs-guest check [--period N] -- WORKLOAD-ARGV...
+//! pgibs-guest relay FIFO PERIOD STATS-FILE   samples -> pghot-trace lines with their pid
+//! pgibs-guest snap PID FILE         PID's present pages and frames (for truth)
+//! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
 //! ```
+//!
+//! `relay` and `truth` serve programs nobody here wrote (tests/vm/debian-app.sh): see
+//! relay.rs and truth.rs.
 //!
 //! `check` runs the workload (which must print pghot-workload's `start:` line with `buffer=`,
 //! `pattern=`, `size_mb=`, `hot_pages=`, `write_pct=` and `seed=`), maps the buffer's pages to
@@ -27,8 +33,11 @@ use std::time::{Duration, Instant};
 use pghot_workload::Pattern;
 use pghot_workload::pattern::{PAGE_SIZE, Plan};
 
-const HEADER: &[u8; 8] = b"PGIBS1\0\0";
-const RECORD: usize = 24;
+mod records;
+mod relay;
+mod truth;
+
+use records::Splitter;
 
 type Res<T> = Result<T, String>;
 
@@ -65,6 +74,20 @@ impl Ctl {
             .map_err(|e| format!("{path}: {e}"))?;
         let inp = BufReader::new(f.try_clone().map_err(|e| e.to_string())?);
         Ok(Ctl { out: f, inp })
+    }
+
+    /// Opens the port, waiting up to 5 s while another process has it (a virtio port has one
+    /// opener at a time: virtio_console.c `port_fops_open` answers EBUSY).
+    fn open_retrying() -> Res<Ctl> {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match Ctl::open() {
+                Err(e) if e.contains("busy") && Instant::now() < until => {
+                    thread::sleep(Duration::from_millis(20))
+                }
+                r => return r,
+            }
+        }
     }
 
     fn line(&mut self, cmd: &str) -> Res<String> {
@@ -157,9 +180,8 @@ impl Reader {
         // The thread is never joined: with nothing running in user mode no sample comes, and
         // its read would block for good; it ends with the process.
         thread::spawn(move || {
-            let mut buf: Vec<u8> = Vec::new();
+            let mut split = Splitter::default();
             let mut chunk = vec![0u8; 1 << 16];
-            let mut synced = false;
             loop {
                 let n = match f.read(&mut chunk) {
                     Ok(n) => n,
@@ -173,40 +195,16 @@ impl Reader {
                     thread::sleep(Duration::from_millis(1));
                     continue;
                 }
-                buf.extend_from_slice(&chunk[..n]);
-                if !synced {
-                    match buf.windows(HEADER.len()).position(|w| w == HEADER) {
-                        Some(i) => {
-                            sk.store(i as u64, Ordering::Relaxed);
-                            buf.drain(..i + HEADER.len());
-                            synced = true;
-                        }
-                        None => continue,
-                    }
-                }
-                // Records, and a header (the plugin's answer to a later SYNC, or a new
-                // connection) at any record boundary.
-                let mut at_byte = 0;
                 let mut out = g.lock().unwrap();
-                loop {
-                    let rest = &buf[at_byte..];
-                    if rest.len() >= HEADER.len() && rest[..HEADER.len()] == *HEADER {
-                        at_byte += HEADER.len();
-                    } else if rest.len() >= RECORD {
-                        let u64_at =
-                            |o: usize| u64::from_le_bytes(rest[o..o + 8].try_into().unwrap());
-                        out.push(Got {
-                            at,
-                            vaddr: u64_at(0),
-                            paddr: u64_at(8),
-                            vcpu: u32::from_le_bytes(rest[16..20].try_into().unwrap()),
-                        });
-                        at_byte += RECORD;
-                    } else {
-                        break;
-                    }
-                }
-                buf.drain(..at_byte);
+                split.feed(&chunk[..n], |r| {
+                    out.push(Got {
+                        at,
+                        vaddr: r.vaddr,
+                        paddr: r.paddr,
+                        vcpu: r.vcpu,
+                    })
+                });
+                sk.store(split.skipped, Ordering::Relaxed);
             }
         });
         Ok(Reader {
@@ -297,21 +295,10 @@ fn pagemap(pid: u32, lo: u64, hi: u64) -> Res<Vec<Option<u64>>> {
 /// The frames of every other mapping of `pid` (stack, heap, binary, libraries): pages of the
 /// workload that are not its buffer.
 fn other_frames(pid: u32, buf_lo: u64) -> Res<std::collections::HashSet<u64>> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
     let mut out = std::collections::HashSet::new();
-    for line in maps.lines() {
-        let Some((lo, hi)) = line
-            .split_whitespace()
-            .next()
-            .and_then(|r| r.split_once('-'))
-        else {
-            continue;
-        };
-        let (Ok(lo), Ok(hi)) = (u64::from_str_radix(lo, 16), u64::from_str_radix(hi, 16)) else {
-            continue;
-        };
-        // Not the buffer, not [vsyscall] (upper half), nothing absurdly large.
-        if lo == buf_lo || lo >= 0x8000_0000_0000 || hi - lo > 1 << 30 {
+    // Not the buffer, nothing absurdly large.
+    for (lo, hi) in truth::user_mappings(pid, 1 << 30)? {
+        if lo == buf_lo {
             continue;
         }
         if let Ok(frames) = pagemap(pid, lo, hi) {
@@ -570,9 +557,16 @@ fn main() -> ExitCode {
                 check(period, rest)
             }
         }
-        _ => {
-            Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV...".into())
-        }
+        Some("relay") if args.len() == 4 => match args[2].parse() {
+            Ok(period) if period >= 1 => relay::relay(&args[1], period, &args[3]),
+            _ => Err(format!("relay: bad period {}", args[2])),
+        },
+        Some("snap") if args.len() == 3 => match args[1].parse() {
+            Ok(pid) => truth::write_snapshot(pid, &args[2]).map(|n| println!("PGIBS-SNAP pid={pid} pages={n}")),
+            Err(_) => Err(format!("snap: bad pid {}", args[1])),
+        },
+        Some("truth") if args.len() >= 2 => truth::report(&args[1..]),
+        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS | snap PID FILE | truth SNAP...".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

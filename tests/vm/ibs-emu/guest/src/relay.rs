@@ -1,0 +1,286 @@
+//! `pgibs-guest relay`: the plugin's samples, each with the pid it belongs to, as pghot-trace
+//! v1 lines into a FIFO that pghotd reads with its `trace:` source.
+//!
+//! A plugin record has a virtual and a guest-physical address but no process (plugin API v1
+//! tells a memory callback neither CR3 nor the task). The process is the one whose page table
+//! maps that virtual page to that frame: /proc/PID/pagemap gives each virtual page's frame (bit
+//! 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/pagemap.rst, fs/proc/task_mmu.c
+//! `pagemap_read`). Every user process is a candidate, as perf would attribute a hardware
+//! sample to whatever ran, so pghotd's own scope decides what it manages; the process last
+//! found for the sample's vCPU is tried first.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use pghotd::clock::monotonic_ns;
+use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
+use pghotd::sampler::trace::{TRACE_HEADER, TraceWriter};
+use pghotd::topology::{SysfsRoot, Topology};
+
+use crate::records::{Record, Splitter};
+use crate::{Ctl, Res, port};
+
+/// How often the candidate processes are listed again.
+const RESCAN: Duration = Duration::from_millis(500);
+/// How often the figures are written to the stats file.
+const STATS_EVERY: Duration = Duration::from_secs(1);
+const PFN_MASK: u64 = (1 << 55) - 1;
+/// The lower canonical half: user space (the plugin's own test for user mode).
+const USER_TOP: u64 = 0x0000_8000_0000_0000;
+
+struct Proc {
+    pid: u32,
+    pagemap: File,
+    /// Records found to be this process's, for the order candidates are tried in.
+    hits: u64,
+}
+
+/// Finds the process a record belongs to.
+struct Attributor {
+    procs: Vec<Proc>,
+    scanned: Option<Instant>,
+    /// Index into `procs` of the last process found, per vCPU.
+    last: HashMap<u32, u32>,
+    /// Frames no process mapped at that address since the last rescan (an exited process,
+    /// a page being migrated): not looked up again until the next rescan.
+    nobody: std::collections::HashSet<u64>,
+    /// pagemap reads, for the cost figure.
+    reads: u64,
+}
+
+/// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
+/// is gone.
+fn frame(pagemap: &File, vaddr: u64) -> std::io::Result<Option<u64>> {
+    let mut e = [0u8; 8];
+    let n = pagemap.read_at(&mut e, (vaddr >> 12) * 8)?;
+    if n != 8 {
+        return Err(ErrorKind::UnexpectedEof.into());
+    }
+    let e = u64::from_le_bytes(e);
+    Ok((e >> 63 == 1).then_some(e & PFN_MASK))
+}
+
+impl Attributor {
+    fn new() -> Attributor {
+        Attributor {
+            procs: Vec::new(),
+            scanned: None,
+            last: HashMap::new(),
+            nobody: std::collections::HashSet::new(),
+            reads: 0,
+        }
+    }
+
+    /// Lists user processes (those with an executable: kernel threads have none) and opens
+    /// the pagemap of new ones.
+    fn rescan(&mut self) {
+        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+            .collect();
+        pids.sort_unstable();
+        let mut old: HashMap<u32, Proc> = self.procs.drain(..).map(|p| (p.pid, p)).collect();
+        for pid in pids {
+            let proc = match old.remove(&pid) {
+                Some(p) => p,
+                None if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() => continue,
+                None => match File::open(format!("/proc/{pid}/pagemap")) {
+                    Ok(pagemap) => Proc {
+                        pid,
+                        pagemap,
+                        hits: 0,
+                    },
+                    Err(_) => continue,
+                },
+            };
+            self.procs.push(proc);
+        }
+        // The busiest first: most records need one or two reads.
+        self.procs.sort_by_key(|p| std::cmp::Reverse(p.hits));
+        self.last.clear();
+        self.nobody.clear();
+        self.scanned = Some(Instant::now());
+    }
+
+    fn pid_of(&mut self, r: &Record) -> Option<u32> {
+        if self.scanned.is_none_or(|t| t.elapsed() >= RESCAN) {
+            self.rescan();
+        }
+        let pfn = r.paddr >> 12;
+        if self.nobody.contains(&pfn) {
+            return None;
+        }
+        let first = self.last.get(&r.vcpu).map(|&i| i as usize);
+        let order = first
+            .into_iter()
+            .chain((0..self.procs.len()).filter(|&i| Some(i) != first));
+        for i in order {
+            self.reads += 1;
+            if let Ok(Some(f)) = frame(&self.procs[i].pagemap, r.vaddr)
+                && f == pfn
+            {
+                self.last.insert(r.vcpu, i as u32);
+                self.procs[i].hits += 1;
+                return Some(self.procs[i].pid);
+            }
+        }
+        self.nobody.insert(pfn);
+        None
+    }
+}
+
+#[derive(Default)]
+struct Figures {
+    records: u64,
+    kernel_half: u64,
+    attributed: u64,
+    unattributed: u64,
+    lines: u64,
+    pipe_opens: u64,
+    batches: u64,
+    batch_ns_total: u64,
+    batch_ns_max: u64,
+    by_pid: HashMap<u32, u64>,
+}
+
+impl Figures {
+    fn write(&self, path: &str, attributor: &Attributor, skipped: u64) {
+        let mut top: Vec<(u32, u64)> = self.by_pid.iter().map(|(&p, &n)| (p, n)).collect();
+        top.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
+        let top: Vec<String> = top
+            .iter()
+            .take(5)
+            .map(|(p, n)| format!("{p}:{n}"))
+            .collect();
+        let text = format!(
+            "records={} kernel_half={} attributed={} unattributed={} lines={} pipe_opens={} pagemap_reads={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
+            self.records,
+            self.kernel_half,
+            self.attributed,
+            self.unattributed,
+            self.lines,
+            self.pipe_opens,
+            attributor.reads,
+            self.batches,
+            self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
+            self.batch_ns_max as f64 / 1e3,
+            skipped,
+            top.join(","),
+        );
+        let tmp = format!("{path}.tmp");
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, path);
+        }
+    }
+}
+
+/// The trace's sample: the node from the kernel's own memory blocks, the data source from
+/// the node's tier (a lower-tier node is the slow, CXL-like memory).
+fn sample(r: &Record, pid: u32, topo: &Topology) -> Sample {
+    let node = topo.physmap().node_of(r.paddr);
+    Sample {
+        time_ns: monotonic_ns(),
+        cpu: r.vcpu,
+        pid,
+        // The plugin does not know the thread; the process is what pghotd keys on.
+        tid: pid,
+        vaddr: r.vaddr,
+        paddr: Some(r.paddr),
+        op: if r.is_store {
+            AccessOp::Store
+        } else {
+            AccessOp::Load
+        },
+        served_from: match node {
+            Some(n) if topo.is_lower_tier(n) => DataSource::ExtMem,
+            Some(_) => DataSource::LocalDram,
+            None => DataSource::Unknown,
+        },
+        node,
+        latency: None,
+        source: SourceKind::Trace,
+    }
+}
+
+/// Opens the FIFO for writing (waits for a reader) and writes the trace's first lines.
+fn open_out(out: &str, period: u64) -> Res<File> {
+    let mut f = OpenOptions::new()
+        .write(true)
+        .open(out)
+        .map_err(|e| format!("{out}: {e}"))?;
+    let head = format!("{TRACE_HEADER}\n# sample_period {period}\n");
+    f.write_all(head.as_bytes())
+        .map_err(|e| format!("{out}: {e}"))?;
+    Ok(f)
+}
+
+pub fn relay(out: &str, period: u64, stats: &str) -> Res<()> {
+    let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
+    let path = port("pghot.samples")?;
+    let mut samples = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    // Opened first, then SYNC: the header comes after the open, so it is not discarded.
+    Ctl::open_retrying()?.ok("SYNC")?;
+    let mut fifo = open_out(out, period)?;
+    let mut fig = Figures {
+        pipe_opens: 1,
+        ..Figures::default()
+    };
+    let mut attributor = Attributor::new();
+    let mut split = Splitter::default();
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut lines: Vec<u8> = Vec::with_capacity(1 << 16);
+    let mut stats_at = Instant::now();
+    loop {
+        let n = samples
+            .read(&mut chunk)
+            .map_err(|e| format!("{path}: {e}"))?;
+        if n == 0 {
+            // No process on the other side yet (the plugin reconnects): try again shortly.
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        let began = Instant::now();
+        lines.clear();
+        let mut w = TraceWriter::continuing(&mut lines);
+        split.feed(&chunk[..n], |r| {
+            fig.records += 1;
+            if r.vaddr >= USER_TOP {
+                fig.kernel_half += 1;
+                return;
+            }
+            match attributor.pid_of(&r) {
+                Some(pid) => {
+                    fig.attributed += 1;
+                    *fig.by_pid.entry(pid).or_default() += 1;
+                    // A Vec does not fail to grow.
+                    let _ = w.write_sample(&sample(&r, pid, &topo));
+                    fig.lines += 1;
+                }
+                None => fig.unattributed += 1,
+            }
+        });
+        if !lines.is_empty()
+            && let Err(e) = fifo.write_all(&lines)
+        {
+            // pghotd closed the FIFO (stopped or restarted): wait for the next reader.
+            if e.kind() != ErrorKind::BrokenPipe {
+                return Err(format!("{out}: {e}"));
+            }
+            fifo = open_out(out, period)?;
+            fig.pipe_opens += 1;
+        }
+        let took = began.elapsed().as_nanos() as u64;
+        fig.batches += 1;
+        fig.batch_ns_total += took;
+        fig.batch_ns_max = fig.batch_ns_max.max(took);
+        if stats_at.elapsed() >= STATS_EVERY {
+            fig.write(stats, &attributor, split.skipped);
+            stats_at = Instant::now();
+        }
+    }
+}

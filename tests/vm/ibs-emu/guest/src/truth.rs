@@ -1,0 +1,260 @@
+//! Ground truth for a program nobody here wrote: which of its pages were hot in a measured
+//! phase (from the plugin's per-frame access counts) and where they were at each moment (from
+//! snapshots of its page table).
+//!
+//! `pgibs-guest snap PID FILE` records every present page of PID's user mappings with its
+//! frame (/proc/PID/pagemap: bit 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/
+//! pagemap.rst). `pgibs-guest truth SNAP...` then DUMPs the plugin's counts (since its last
+//! RESET) and gives each counted frame to the virtual page it held in the latest snapshot
+//! that has it: a promoted page has two frames in the phase, its slow one (in the early
+//! snapshots) and its fast one (in the later), and both counts go to that one page.
+//!
+//! The hot set is the fewest pages holding 80 % of the program's counted accesses (issue 18's
+//! definition). Over-promotion is the pages moved from a lower-tier node to a top-tier node
+//! between the first and the last snapshot that are not in the hot set, per hot page.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+
+use pghotd::topology::{SysfsRoot, Topology};
+
+use crate::{Ctl, Res};
+
+/// Mappings larger than this are skipped (reservations nobody populates; their pagemap
+/// would be gigabytes of zeros to read).
+const MAX_MAPPING: u64 = 8 << 30;
+const HOT_SHARE: f64 = 0.8;
+
+/// The `[lo, hi)` of each of `pid`'s user mappings (lower half, at most `max` bytes long),
+/// from /proc/PID/maps.
+pub fn user_mappings(pid: u32, max: u64) -> Res<Vec<(u64, u64)>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map_err(|e| format!("/proc/{pid}/maps: {e}"))?;
+    Ok(maps
+        .lines()
+        .filter_map(|line| {
+            let (lo, hi) = line.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(lo, 16).ok()?,
+                u64::from_str_radix(hi, 16).ok()?,
+            ))
+        })
+        .filter(|&(lo, hi)| hi > lo && lo < 0x8000_0000_0000 && hi - lo <= max)
+        .collect())
+}
+
+/// (virtual page number, pfn) of every present page of `pid`'s user mappings.
+pub fn snapshot(pid: u32) -> Res<Vec<(u64, u64)>> {
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
+        .map_err(|e| format!("/proc/{pid}/pagemap: {e}"))?;
+    let mut out = Vec::new();
+    let mut raw = Vec::new();
+    for (lo, hi) in user_mappings(pid, MAX_MAPPING)? {
+        let pages = ((hi - lo) >> 12) as usize;
+        raw.resize(pages * 8, 0);
+        if pagemap.read_exact_at(&mut raw, (lo >> 12) * 8).is_err() {
+            continue;
+        }
+        for (i, e) in raw.chunks_exact(8).enumerate() {
+            let e = u64::from_le_bytes(e.try_into().unwrap());
+            if e >> 63 == 1 {
+                out.push(((lo >> 12) + i as u64, e & ((1 << 55) - 1)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub fn write_snapshot(pid: u32, path: &str) -> Res<usize> {
+    let snap = snapshot(pid)?;
+    let mut bytes = Vec::with_capacity(snap.len() * 16);
+    for (vpn, pfn) in &snap {
+        bytes.extend_from_slice(&vpn.to_le_bytes());
+        bytes.extend_from_slice(&pfn.to_le_bytes());
+    }
+    std::fs::File::create(path)
+        .and_then(|mut f| f.write_all(&bytes))
+        .map_err(|e| format!("{path}: {e}"))?;
+    Ok(snap.len())
+}
+
+fn read_snapshot(path: &str) -> Res<Vec<(u64, u64)>> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if bytes.len() % 16 != 0 {
+        return Err(format!(
+            "{path}: {} bytes is not a whole number of entries",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_le_bytes(c[..8].try_into().unwrap()),
+                u64::from_le_bytes(c[8..].try_into().unwrap()),
+            )
+        })
+        .collect())
+}
+
+/// What the ground truth says about one measured phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Truth {
+    pub pages: usize,
+    pub accesses: u64,
+    pub hot_pages: usize,
+    /// The hot set's share of the accesses (>= 80 %, the last page's count tips it over).
+    pub hot_share_pct: f64,
+    /// Per snapshot: the hot pages on a top-tier node, % of the hot set.
+    pub hot_fast_pct: Vec<f64>,
+    pub hot_slow_at_start: usize,
+    /// Pages on a lower-tier node in the first snapshot and a top-tier one in the last.
+    pub promoted: usize,
+    pub promoted_hot: usize,
+    pub over_promotion_pct: f64,
+}
+
+/// `counts`: (pfn, accesses) from the plugin; `snaps`: (vpn, pfn) per snapshot, oldest
+/// first; `fast`: whether a pfn is on a top-tier node.
+pub fn compute(
+    counts: &[(u32, u32)],
+    snaps: &[Vec<(u64, u64)>],
+    fast: impl Fn(u64) -> bool,
+) -> Res<Truth> {
+    let (Some(first), Some(last)) = (snaps.first(), snaps.last()) else {
+        return Err("truth needs at least one snapshot".into());
+    };
+    let mut page_of: HashMap<u64, u64> = HashMap::new();
+    for snap in snaps {
+        for &(vpn, pfn) in snap {
+            page_of.insert(pfn, vpn);
+        }
+    }
+    let mut per_page: HashMap<u64, u64> = HashMap::new();
+    for snap in snaps {
+        for &(vpn, _) in snap {
+            per_page.entry(vpn).or_default();
+        }
+    }
+    for &(pfn, n) in counts {
+        if let Some(vpn) = page_of.get(&u64::from(pfn)) {
+            *per_page.get_mut(vpn).unwrap() += u64::from(n);
+        }
+    }
+    let accesses: u64 = per_page.values().sum();
+    if accesses == 0 {
+        return Err("none of the program's pages was accessed in the phase".into());
+    }
+    let mut ranked: Vec<(u64, u64)> = per_page.iter().map(|(&v, &n)| (v, n)).collect();
+    ranked.sort_by_key(|&(v, n)| (std::cmp::Reverse(n), v));
+    let mut hot = std::collections::HashSet::new();
+    let mut sum = 0u64;
+    for &(vpn, n) in &ranked {
+        if sum as f64 >= HOT_SHARE * accesses as f64 {
+            break;
+        }
+        hot.insert(vpn);
+        sum += n;
+    }
+    let on_fast = |snap: &Vec<(u64, u64)>| -> HashMap<u64, bool> {
+        snap.iter().map(|&(v, p)| (v, fast(p))).collect()
+    };
+    let where_first = on_fast(first);
+    let where_last = on_fast(last);
+    let hot_fast_pct = snaps
+        .iter()
+        .map(|s| {
+            let n = s
+                .iter()
+                .filter(|&&(v, p)| hot.contains(&v) && fast(p))
+                .count();
+            100.0 * n as f64 / hot.len() as f64
+        })
+        .collect();
+    let promoted: Vec<u64> = where_first
+        .iter()
+        .filter(|&(v, &f)| !f && where_last.get(v) == Some(&true))
+        .map(|(&v, _)| v)
+        .collect();
+    let promoted_hot = promoted.iter().filter(|v| hot.contains(v)).count();
+    Ok(Truth {
+        pages: per_page.len(),
+        accesses,
+        hot_pages: hot.len(),
+        hot_share_pct: 100.0 * sum as f64 / accesses as f64,
+        hot_fast_pct,
+        hot_slow_at_start: hot
+            .iter()
+            .filter(|v| where_first.get(v) == Some(&false))
+            .count(),
+        promoted: promoted.len(),
+        promoted_hot,
+        over_promotion_pct: 100.0 * (promoted.len() - promoted_hot) as f64 / hot.len() as f64,
+    })
+}
+
+/// DUMPs the plugin's counts and prints the truth for the snapshots as one line of JSON.
+pub fn report(snap_paths: &[String]) -> Res<()> {
+    let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
+    let (_, counts) = Ctl::open_retrying()?.dump()?;
+    let snaps = snap_paths
+        .iter()
+        .map(|p| read_snapshot(p))
+        .collect::<Res<Vec<_>>>()?;
+    let fast = |pfn: u64| {
+        topo.physmap()
+            .node_of(pfn << 12)
+            .is_some_and(|n| !topo.is_lower_tier(n))
+    };
+    let t = compute(&counts, &snaps, fast)?;
+    let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
+    println!(
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1}}}",
+        t.pages,
+        t.accesses,
+        t.hot_pages,
+        t.hot_pages as f64 * 4.0 / 1024.0,
+        t.hot_share_pct,
+        t.hot_slow_at_start,
+        t.hot_fast_pct.last().copied().unwrap_or(0.0),
+        series.join(","),
+        t.promoted,
+        t.promoted_hot,
+        t.over_promotion_pct,
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Worked by hand: four pages A-D (vpn 1-4) on slow frames 100-103 at the start; A and C
+    /// move to fast frames 10 and 12 by the end. Counts 50 (A: 30 on its slow frame, 20 on its
+    /// fast one), 30 (B), 15 (C), 5 (D): total 100; 80 % is reached after A (50) and B (80),
+    /// so the hot set is {A, B}. At the end A is fast and B slow: 50 % placed. Promoted: A
+    /// and C; C is not hot, so over-promotion is 1 / 2 = 50 %. Frame 7 is nobody's.
+    #[test]
+    fn hot_set_placement_and_over_promotion_by_hand() {
+        let start = vec![(1, 100), (2, 101), (3, 102), (4, 103)];
+        let end = vec![(1, 10), (2, 101), (3, 12), (4, 103)];
+        let counts = [(100, 30), (10, 20), (101, 30), (12, 15), (103, 5), (7, 999)];
+        let t = compute(&counts, &[start, end], |pfn| pfn < 100).unwrap();
+        assert_eq!(t.pages, 4);
+        assert_eq!(t.accesses, 100);
+        assert_eq!(t.hot_pages, 2);
+        assert_eq!(t.hot_share_pct, 80.0);
+        assert_eq!(t.hot_fast_pct, vec![0.0, 50.0]);
+        assert_eq!(t.hot_slow_at_start, 2);
+        assert_eq!((t.promoted, t.promoted_hot), (2, 1));
+        assert_eq!(t.over_promotion_pct, 50.0);
+    }
+
+    #[test]
+    fn no_counted_access_is_an_error_not_a_perfect_score() {
+        let snap = vec![(1, 100)];
+        assert!(compute(&[(5, 1)], &[snap], |_| true).is_err());
+        assert!(compute(&[], &[], |_| true).is_err());
+    }
+}
