@@ -40,6 +40,10 @@ pub struct Config {
     /// `ARM`: a guest's boot (the kernel unpacking a large initramfs) then pays only for the
     /// callbacks themselves, not for the address lookup.
     pub armed: bool,
+    /// KiB of the modelled cache per vCPU (0: none, every access is a memory access). With
+    /// one, only accesses that miss it are counted per page, add to the modelled clock, pay
+    /// the slow node's delay and are sampled (README.md, "The modelled cache").
+    pub cache_kb: u64,
 }
 
 /// Undoes QEMU 7.2's `qemu_plugin_hwaddr_phys_addr` for RAM in `-object memory-backend-*`
@@ -103,6 +107,7 @@ impl Default for Config {
             memdev_mb: Vec::new(),
             probe: 3,
             armed: true,
+            cache_kb: 0,
         }
     }
 }
@@ -139,6 +144,7 @@ impl Config {
                 "seed" => c.seed = num()?,
                 "probe" => c.probe = num()?.min(3) as u8,
                 "armed" => c.armed = num()? != 0,
+                "cache_kb" => c.cache_kb = num()?,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
                 "memdev_mb" => {
@@ -164,6 +170,12 @@ impl Config {
         }
         if c.ram_mb == 0 || c.ram_mb > 1 << 20 {
             return Err(format!("ram_mb={}: 1..=1048576", c.ram_mb));
+        }
+        if c.cache_kb != 0 && (!c.cache_kb.is_power_of_two() || c.cache_kb > 1 << 20) {
+            return Err(format!(
+                "cache_kb={}: 0 (none) or a power of two up to 1048576",
+                c.cache_kb
+            ));
         }
         if !c.ring.is_power_of_two() || c.ring < 2 {
             return Err(format!("ring={}: a power of two >= 2", c.ring));

@@ -102,7 +102,7 @@ fn control(state: &'static State, path: &Path) {
 fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
     let t = state.totals(counts);
     format!(
-        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={}\n",
+        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={}\n",
         t.pages,
         t.accesses,
         t.fast_user,
@@ -113,6 +113,8 @@ fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
         t.outside,
         state.slow_ns.load(Relaxed),
         state.cfg.period,
+        t.cache_hits,
+        t.samples_filtered,
     )
 }
 

@@ -21,6 +21,8 @@ use crate::ring::Ring;
 /// therefore counts as user-mode, as IBS would not; the guest's kernel is not sampled otherwise.
 pub const USER_TOP: u64 = 0x0000_8000_0000_0000;
 pub const PAGE_SHIFT: u32 = 12;
+/// Bytes of a cache line of the modelled cache.
+const LINE: u64 = 64;
 
 /// One sample as it goes out on the samples socket (see `ring` for the wire form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,9 +62,46 @@ pub struct Vcpu {
     rng: AtomicU64,
     /// Samples that found the ring full.
     pub dropped: AtomicU64,
+    /// Accesses that hit the modelled cache (none without one).
+    pub hits: AtomicU64,
+    /// Samples discarded because their access hit the modelled cache.
+    pub filtered: AtomicU64,
+    /// The modelled cache: direct-mapped, one tag (cache line number + 1; 0 is empty) per
+    /// 64-byte line; empty without one.
+    cache: Box<[AtomicU64]>,
     /// Accesses per guest-physical 4 KiB page.
     pub pages: Box<[AtomicU32]>,
     pub ring: Ring,
+}
+
+impl Vcpu {
+    /// Looks `paddr`'s line up in the modelled cache and fills it on a miss; false without a
+    /// cache. Direct-mapped: one load, one compare, at most one store.
+    #[inline(always)]
+    fn cache_hit(&self, paddr: u64) -> bool {
+        if self.cache.is_empty() {
+            return false;
+        }
+        let line = paddr / LINE;
+        let slot = &self.cache[(line as usize) & (self.cache.len() - 1)];
+        if slot.load(Relaxed) == line + 1 {
+            return true;
+        }
+        slot.store(line + 1, Relaxed);
+        false
+    }
+
+    /// Counts one user-mode op down; true when it is the one to sample (and reloads).
+    #[inline(always)]
+    fn sample_due(&self, period: u64) -> bool {
+        let left = self.countdown.load(Relaxed);
+        if left > 1 {
+            self.countdown.store(left - 1, Relaxed);
+            return false;
+        }
+        self.countdown.store(reload(period, &self.rng), Relaxed);
+        true
+    }
 }
 
 /// Totals over all vCPUs, minus the baseline of the last RESET.
@@ -76,6 +115,8 @@ pub struct Totals {
     pub samples_sent: u64,
     pub samples_dropped: u64,
     pub outside: u64,
+    pub cache_hits: u64,
+    pub samples_filtered: u64,
 }
 
 /// Counter values at the last RESET.
@@ -87,6 +128,8 @@ struct Baseline {
     outside: u64,
     sent: u64,
     dropped: u64,
+    hits: u64,
+    filtered: u64,
 }
 
 pub struct State {
@@ -124,6 +167,11 @@ impl State {
                         cfg.seed ^ 0x9e37_79b9_7f4a_7c15_u64.wrapping_mul(i as u64 + 1) | 1,
                     ),
                     dropped: AtomicU64::new(0),
+                    hits: AtomicU64::new(0),
+                    filtered: AtomicU64::new(0),
+                    cache: (0..(cfg.cache_kb << 10) / LINE)
+                        .map(|_| AtomicU64::new(0))
+                        .collect(),
                     pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
                     ring: Ring::new(cfg.ring),
                 };
@@ -149,23 +197,20 @@ impl State {
     /// The per-access work: page count, modelled clock and sampling for user-mode accesses,
     /// and the slow tier's delay. `is_store` is only asked when a sample is taken (it is a
     /// call into QEMU).
+    ///
+    /// With a modelled cache, an access that hits it is none of that: it still counts down
+    /// to the next sample (IBS counts ops, not misses), but a sample that lands on it is
+    /// discarded, as pghotd drops an IBS sample whose data source is a cache hit.
     #[inline(always)]
     pub fn on_access(&self, vcpu: u32, vaddr: u64, paddr: u64, is_store: impl FnOnce() -> bool) {
         let Some(v) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        match v.pages.get((paddr >> PAGE_SHIFT) as usize) {
-            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
-            None => bump(&v.outside),
-        }
-        let slow = paddr.wrapping_sub(self.slow_lo) < self.slow_len;
-        if vaddr < USER_TOP {
-            bump(if slow { &v.slow_user } else { &v.fast_user });
-            let left = v.countdown.load(Relaxed);
-            if left > 1 {
-                v.countdown.store(left - 1, Relaxed);
+        let hit = v.cache_hit(paddr);
+        if vaddr < USER_TOP && v.sample_due(self.cfg.period) {
+            if hit {
+                bump(&v.filtered);
             } else {
-                v.countdown.store(reload(self.cfg.period, &v.rng), Relaxed);
                 let s = Sample {
                     vaddr,
                     paddr,
@@ -176,6 +221,18 @@ impl State {
                     bump(&v.dropped);
                 }
             }
+        }
+        if hit {
+            bump(&v.hits);
+            return;
+        }
+        match v.pages.get((paddr >> PAGE_SHIFT) as usize) {
+            Some(c) => c.store(c.load(Relaxed).wrapping_add(1), Relaxed),
+            None => bump(&v.outside),
+        }
+        let slow = paddr.wrapping_sub(self.slow_lo) < self.slow_len;
+        if vaddr < USER_TOP {
+            bump(if slow { &v.slow_user } else { &v.fast_user });
         }
         if slow {
             let ns = self.slow_ns.load(Relaxed);
@@ -226,6 +283,8 @@ impl State {
             samples_dropped: (sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed))
                 .wrapping_sub(base.dropped),
             outside,
+            cache_hits: sum(|v| v.hits.load(Relaxed)).wrapping_sub(base.hits),
+            samples_filtered: sum(|v| v.filtered.load(Relaxed)).wrapping_sub(base.filtered),
         }
     }
 
@@ -243,6 +302,8 @@ impl State {
         base.outside = sum(|v| v.outside.load(Relaxed));
         base.dropped = sum(|v| v.dropped.load(Relaxed)) + self.header_like.load(Relaxed);
         base.sent = self.sent.load(Relaxed);
+        base.hits = sum(|v| v.hits.load(Relaxed));
+        base.filtered = sum(|v| v.filtered.load(Relaxed));
     }
 
     /// Called by the writer thread after `n` records reached the socket.
@@ -331,6 +392,50 @@ mod tests {
             s.on_access(1, USER_TOP, 0x1000, || false);
         }
         assert!(s.vcpus[1].ring.is_empty());
+    }
+
+    /// A 1 KiB cache holds 16 lines: 0x1000 and 0x1040 are lines 0x40 and 0x41 (slots 0 and
+    /// 1); 0x1400 is line 0x50, slot 0 again, so it evicts 0x1000. By hand: 0x1000 miss,
+    /// 0x1000 hit, 0x1040 miss, 0x1400 miss (evicts), 0x1000 miss, 0x1040 hit: 4 misses
+    /// counted on page 1, 2 hits; the slow access beyond is a miss on page 0x80001.
+    #[test]
+    fn the_modelled_cache_counts_only_misses_and_filters_samples_on_hits() {
+        let cfg = Config {
+            period: 16,
+            ram_mb: 4096,
+            ring: 1 << 12,
+            cache_kb: 1,
+            ..Config::default()
+        };
+        let s = State::new(cfg, 1);
+        for paddr in [0x1000, 0x1000, 0x1040, 0x1400, 0x1000, 0x1040] {
+            s.on_access(0, 0x7000, paddr, || false);
+        }
+        s.on_access(0, 0x7000, 0x8000_1000, || false);
+        let counts = s.page_counts();
+        assert_eq!(counts, vec![(1, 4), (0x80001, 1)]);
+        let t = s.totals(&counts);
+        assert_eq!((t.fast_user, t.slow_user, t.cache_hits), (4, 1, 2));
+        assert_eq!(t.modelled_ns, 4 * 143 + 320);
+        // One address over and over: after the first miss every op hits, so every sample is
+        // filtered and none is sent; period 16 means a mean interval of 16 - 7.5 = 8.5 ops
+        // (`reload`), so 1600 ops give about 188 samples.
+        let s = State::new(
+            Config {
+                period: 16,
+                ram_mb: 1,
+                ring: 1 << 12,
+                cache_kb: 1,
+                ..Config::default()
+            },
+            1,
+        );
+        for _ in 0..16 * 100 {
+            s.on_access(0, 0x7000, 0x1000, || false);
+        }
+        let t = s.totals(&s.page_counts());
+        assert!(s.vcpus[0].ring.is_empty());
+        assert!((170..=205).contains(&t.samples_filtered), "{t:?}");
     }
 
     #[test]
