@@ -70,6 +70,27 @@ app_load() {
 			err "redis-benchmark load failed: $(tail -n 2 "$work/load.out")"
 		info "redis: $(redis-cli dbsize) keys, used_memory $(redis-cli info memory | sed -n 's/^used_memory_human://p' | tr -d '\r')"
 		;;
+	memcached)
+		# Room for the whole data set (Debian's default is 64 MB, which would evict).
+		sed -i 's/^-m .*/-m 1024/' /etc/memcached.conf
+		systemctl restart memcached || err "memcached did not start"
+		app_pid=$(systemctl show -P MainPID memcached)
+		info "memcached: loading ${RIG_KEYS} keys of ${RIG_VALUE_B} B (random order)"
+		/opt/pghot-rig/mc-bench.pl load "$RIG_KEYS" "$RIG_VALUE_B" > "$work/load.out" 2>&1 ||
+			err "mc-bench.pl load failed: $(tail -n 2 "$work/load.out")"
+		;;
+	custom)
+		# The load command runs in a scope of its own: what it leaves running there is the
+		# program (the process with the most resident memory, if several).
+		systemd-run --quiet --scope --unit=pghot-app bash -c "$RIG_APP_LOAD" > "$work/load.out" 2>&1 ||
+			err "the load command failed: $(tail -n 2 "$work/load.out")"
+		local cg
+		cg=$(systemctl show -P ControlGroup pghot-app.scope)
+		app_pid=$(for p in $(cat "/sys/fs/cgroup$cg/cgroup.procs" 2> /dev/null); do
+			echo "$(awk '/^VmRSS:/ { print $2 }' "/proc/$p/status" 2> /dev/null) $p"
+		done | sort -n | tail -n 1 | cut -d' ' -f2)
+		[ -n "$app_pid" ] || err "the load command left no process running (scope pghot-app)"
+		;;
 	*) err "unknown app $RIG_APP" ;;
 	esac
 }
@@ -82,11 +103,33 @@ app_round() {
 		redis-benchmark --csv -t get -n "$RIG_ROUND_OPS" -r "$RIG_HOT_KEYS" -d "$RIG_VALUE_B" -c 4 2> /dev/null |
 			awk -F'"' '$2 == "GET" { print $4, $10, $14 }'
 		;;
+	memcached)
+		# Multi-gets of 16 keys over the first RIG_HOT_KEYS keys; ops are keys.
+		/opt/pghot-rig/mc-bench.pl get "$RIG_HOT_KEYS" $((RIG_ROUND_OPS / 16)) 16 2> "$work/round.err" ||
+			err "mc-bench.pl get failed: $(tail -n 2 "$work/round.err")"
+		;;
+	custom)
+		# One run of the run command per round: its wall time is the figure (runs per second
+		# as ops/s; no latency percentiles).
+		local a b
+		a=$(now)
+		bash -c "$RIG_APP_RUN" > "$work/run.$1.out" 2>&1 || err "the run command failed: $(tail -n 2 "$work/run.$1.out")"
+		b=$(now)
+		awk -v a="$a" -v b="$b" 'BEGIN { printf "%.4f - -\n", 1 / (b - a > 0 ? b - a : 0.01) }'
+		;;
 	esac
 }
 
 # --- the promoter ---------------------------------------------------------------------------
 promoter_pid=
+relay_pid=
+fifo=/run/pghot-ibs.fifo
+# pghotd_start SOURCE: the installed service, watching the program only, SOURCE its source.
+pghotd_start() {
+	printf '%s\n' "enabled_sources = [$1]" "pids = [$app_pid]" > /etc/pghotd/pghotd.toml
+	systemctl start pghotd || err "pghotd did not start"
+	promoter_pid=$(systemctl show -P MainPID pghotd)
+}
 promoter_start() {
 	case $scenario in
 	baseline) ;;
@@ -96,9 +139,16 @@ promoter_start() {
 		promoter_pid=$kdamond_pid
 		;;
 	pghotd-softdirty | pghotd-damon)
-		printf '%s\n' "enabled_sources = [\"${scenario#pghotd-}\"]" "pids = [$app_pid]" > /etc/pghotd/pghotd.toml
-		systemctl start pghotd || err "pghotd did not start"
-		promoter_pid=$(systemctl show -P MainPID pghotd)
+		pghotd_start "\"${scenario#pghotd-}\""
+		;;
+	pghotd-ibs-emu)
+		# The plugin's samples reach pghotd as a real IBS sampler's would, with the pid of the
+		# process whose page it was: the relay reads them from the samples port and writes
+		# pghot-trace lines into a FIFO that the service's trace: source reads.
+		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
+		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" > "$work/relay.out" 2>&1 &
+		relay_pid=$!
+		pghotd_start "\"trace:$fifo\""
 		;;
 	*) err "unknown scenario $scenario" ;;
 	esac
@@ -115,6 +165,21 @@ promoter_stop() {
 	damon) damon_off ;;
 	pghotd-*) systemctl stop pghotd ;;
 	esac
+	[ -z "$relay_pid" ] || kill "$relay_pid" 2> /dev/null
+}
+
+# --- ground truth ---------------------------------------------------------------------------
+# snap N: the program's pages and their frames now (pgibs-guest snap), for the truth.
+snaps=()
+snap() {
+	/opt/pghot-rig/pgibs-guest snap "$app_pid" "$work/snap.$1" > /dev/null || err "pagemap snapshot $1 of pid $app_pid failed"
+	snaps+=("$work/snap.$1")
+}
+# jnum JSON KEY: a number (or array) out of a flat JSON object.
+jnum() {
+	local v
+	v=$(printf '%s\n' "$1" | sed -n "s/.*\"$2\":\(\[[^]]*\]\|[-0-9.]*\).*/\1/p")
+	printf '%s\n' "${v:-null}"
 }
 
 apt-get install -y -q /opt/pghot-rig/pghotd.deb > "$work/apt.out" 2>&1 || err "installing pghotd.deb failed"
@@ -128,28 +193,42 @@ info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
 # the same for every promoter (the load and the move to node 2 ran at the emulator's speed).
 [ "$(ctl ARM)" = OK ] || err "the plugin refused ARM"
 [ "$(ctl "SLOW_NS $RIG_SLOW_NS")" = OK ] || err "the plugin refused SLOW_NS $RIG_SLOW_NS"
+[ "$(ctl "FAST_NS $RIG_FAST_NS")" = OK ] || err "the plugin refused FAST_NS $RIG_FAST_NS"
 info "plugin armed: $(ctl STATS)"
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
 promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
+snap 0
 t0=$(now)
 for n in $(seq 1 "$RIG_ROUNDS"); do
 	read -r ops p50 p99 <<< "$(app_round "$n")"
 	echo "PGHOT-APP-ROUND n=$n t=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') ops_per_s=${ops:-0} p50_ms=${p50:--} p99_ms=${p99:--} fast_slow_mb=$(node_mb "$app_pid" | tr ' ' /)"
 	printf '%s %s %s\n' "$ops" "$p50" "$p99" >> "$work/rounds"
+	snap "$n"
 done
 t1=$(now)
 counts=$(ctl STATS)
 cpu=$(promoter_cpu)
+relay_cpu=
+[ -z "$relay_pid" ] || relay_cpu=$(cpu_s "$relay_pid")
+truth=$(/opt/pghot-rig/pgibs-guest truth "${snaps[@]}" | sed -n 's/^PGIBS-GROUND //p')
+[ -n "$truth" ] || err "no ground truth (pgibs-guest truth failed)"
+info "ground truth: ${truth:-none}"
+relay='null'
+if [ -n "$relay_pid" ]; then
+	info "relay: $(cat "$work/relay.stats" 2> /dev/null) $(tail -n 3 "$work/relay.out")"
+	relay=$(awk '{ printf "{"; for (i = 1; i <= NF; i++) { split($i, kv, "="); v = kv[2]; if (v !~ /^[0-9.]+$/) v = "\"" v "\""; printf "%s\"%s\":%s", (i > 1 ? "," : ""), kv[1], v }; printf "}" }' "$work/relay.stats" 2> /dev/null)
+	[ -n "$relay" ] || relay='null'
+fi
 promoter_stop
 read -r fast1 slow1 <<< "$(node_mb "$app_pid")"
 delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 == n { print $2 }')" '$1 == n { print $2 - b }' /proc/vmstat; }
 # The last half of the rounds: the program's speed once the promoter had its chance.
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
-	printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":null,"over_promotion_pct":null,"errors":%s}' \
+	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -157,4 +236,7 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$(awk -v m="$(field "$counts" modelled_ns)" 'BEGIN { printf "%.1f", m / 1e6 }')" \
 	"$(awk -v m="$(field "$counts" modelled_ns)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { printf "%.1f", m / 1e3 / n }')" \
 	"$(field "$counts" fast_user)" "$(field "$counts" slow_user)" "$(field "$counts" slow_ns)" \
-	"$fast0" "$slow0" "$fast1" "$slow1" "$errors")"
+	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
+	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
+	"$(field "$counts" fast_ns)" \
+	"${relay_cpu:-null}" "${truth:-null}" "$relay" "$errors")"

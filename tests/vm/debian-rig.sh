@@ -28,17 +28,33 @@ usage: tests/vm/rig.sh --guest debian [OPTIONS] service
   exec                  run the script given by --exec in the guest (as root, once
                         multi-user.target is reached), its output on stderr: for investigating
   --app APP SCENARIO... a packaged program under each promoter, the slow node made slow by the
-                        ibs-emu plugin: APP redis; SCENARIO baseline, numab2, damon,
-                        pghotd-softdirty, pghotd-damon (or all); one RESULT {json} each
+                        ibs-emu plugin: APP redis, memcached or custom; SCENARIO
+                        baseline, numab2, damon,
+                        pghotd-ibs-emu, pghotd-softdirty, pghotd-damon (or all); one
+                        RESULT {json} each, with the ground truth (hot_fast_pct,
+                        over_promotion_pct)
 Options:
+  --app-pkgs 'PKG...'   --app custom: Debian packages to add to the image
+  --app-load 'CMD'      --app custom: starts the program and loads its data (bash -c, as root);
+                        the process it leaves running is the one watched and moved to node 2
+  --app-run 'CMD'       --app custom: one round of the measured phase (bash -c); its wall
+                        time is the figure (runs per second stand for ops/s)
   --duration SECS       each check's workload runs this long (default 12)
   --deb PATH            install this .deb instead of building one (packaging/build-packages.sh)
   --workload-bin PATH   a static pghot-workload instead of building one
   --exec FILE           the script the exec scenario runs
-  --slow-ns N           --app: host ns spun per access to the slow node (default 600: a
-                        dependent load from node 2 takes about 2.2x one from node 0)
+  --dilation D          --app: memory time dilation: with the modelled cache, every miss
+                        spins D x the seed's latency (143 ns fast, 320 ns slow) of host
+                        time, as TCG runs the guest's code about D times slower than
+                        hardware (default 50; see tests/vm/README.md)
+  --slow-ns N, --fast-ns N   --app: the spins themselves, overriding --dilation
   --rounds N            --app: rounds of the measured phase (default 6)
   --round-ops N         --app: requests per round (default 20000)
+  --period N            --app: the plugin's IBS op sampling period, user-mode memory
+                        operations per sample per vCPU (default 2000)
+  --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
+                        0: none): only accesses that miss it reach memory, pay the slow
+                        node's delay, count as ground truth and are sampled
   --keep-console DIR    save the cleaned console as DIR/service.console
   -v, --verbose         stream the guest's console to stderr
 Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
@@ -55,9 +71,16 @@ workload_bin=
 keep_dir=
 exec_file=
 app=
-slow_ns=600
+app_pkgs=
+app_load=
+app_run=
+slow_ns=
+fast_ns=
+dilation=50
 rounds=6
 round_ops=20000
+period=2000
+cache_kb=1024
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -69,13 +92,20 @@ while [ $# -gt 0 ]; do
 	--keep-console) need_arg "$@"; keep_dir=$2; shift ;;
 	--exec) need_arg "$@"; exec_file=$2; shift ;;
 	--app) need_arg "$@"; app=$2; shift ;;
+	--app-pkgs) need_arg "$@"; app_pkgs=$2; shift ;;
+	--app-load) need_arg "$@"; app_load=$2; shift ;;
+	--app-run) need_arg "$@"; app_run=$2; shift ;;
 	--slow-ns) need_arg "$@"; slow_ns=$2; shift ;;
+	--fast-ns) need_arg "$@"; fast_ns=$2; shift ;;
+	--dilation) need_arg "$@"; dilation=$2; shift ;;
 	--rounds) need_arg "$@"; rounds=$2; shift ;;
 	--round-ops) need_arg "$@"; round_ops=$2; shift ;;
+	--period) need_arg "$@"; period=$2; shift ;;
+	--cache-kb) need_arg "$@"; cache_kb=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
-	service | exec | baseline | numab2 | damon | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
-	all) scenarios+=(baseline numab2 damon pghotd-softdirty pghotd-damon) ;;
+	service | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
+	all) scenarios+=(baseline numab2 damon pghotd-ibs-emu pghotd-softdirty pghotd-damon) ;;
 	-*) log "unknown option $1 (for the Debian guest)"; usage ;;
 	*) log "unknown scenario $1 for the Debian guest (service)"; usage ;;
 	esac
@@ -86,10 +116,23 @@ for s in "${scenarios[@]}"; do
 	[ "$s" != exec ] || [ -r "$exec_file" ] || { log "the exec scenario needs --exec FILE"; usage; }
 	case $s in
 	service | exec) ;;
-	*) [ "$app" = redis ] || { log "scenario $s needs --app redis"; usage; } ;;
+	*) [[ $app =~ ^(redis|memcached|custom)$ ]] || { log "scenario $s needs --app redis, memcached or custom"; usage; } ;;
 	esac
 done
-for v in slow_ns rounds round_ops; do
+if [ "$app" = custom ]; then
+	[ -n "$app_load" ] && [ -n "$app_run" ] || { log "--app custom needs --app-load and --app-run"; usage; }
+	# The default round size counts requests; a custom round is one run of --app-run.
+	round_ops=1
+	for p in $app_pkgs; do
+		[[ $p =~ ^[a-z0-9][a-z0-9+.-]+$ ]] || { log "--app-pkgs: '$p' is not a Debian package name"; usage; }
+	done
+elif [ -n "$app_pkgs$app_load$app_run" ]; then
+	log "--app-pkgs, --app-load and --app-run go with --app custom"; usage
+fi
+[[ $dilation =~ ^[0-9]+$ ]] || { log "--dilation must be a whole number"; usage; }
+slow_ns=${slow_ns:-$((320 * dilation))}
+fast_ns=${fast_ns:-$((143 * dilation))}
+for v in slow_ns fast_ns rounds round_ops period cache_kb; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
@@ -101,7 +144,8 @@ timeout_s=${PGHOT_VM_TIMEOUT:-900}
 t_start=$(date +%s)
 pghot_vm_guest
 pghot_vm_topology 3node
-eval "$("$here/debian-image.sh")"
+# shellcheck disable=SC2086 # package names, checked above
+eval "$("$here/debian-image.sh" $app_pkgs)"
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 if [ -z "$deb" ]; then
 	command -v cargo-deb >/dev/null || die "cargo-deb is needed to build the .deb: cargo install --locked cargo-deb@3.8.0 (or pass --deb)"
@@ -117,9 +161,15 @@ if [ -z "$workload_bin" ]; then
 fi
 [ -x "$workload_bin" ] || die "$workload_bin: not an executable"
 plugin_so=
+guest_bin=
 if [ -n "$app" ]; then
+	[ "$period" -ge 16 ] || die "--period must be at least 16"
 	log "building the ibs-emu QEMU plugin (tests/vm/ibs-emu/build.sh)"
 	plugin_so=$("$here/ibs-emu/build.sh") || die "tests/vm/ibs-emu/build.sh failed"
+	log "building a static pgibs-guest (the samples relay and the ground truth)"
+	(cd "$here/ibs-emu/guest" && CARGO_TARGET_DIR=$target_dir RUSTFLAGS='-C target-feature=+crt-static' \
+		cargo build --locked --release --target x86_64-unknown-linux-gnu >&2) || die "cargo build of pgibs-guest failed"
+	guest_bin=$target_dir/x86_64-unknown-linux-gnu/release/pgibs-guest
 fi
 t_built=$(date +%s)
 
@@ -132,6 +182,8 @@ install -m 0755 "$workload_bin" "$over/opt/pghot-rig/pghot-workload"
 install -m 0755 "$here/debian-service.sh" "$over/opt/pghot-rig/service.sh"
 [ -z "$exec_file" ] || install -m 0755 "$exec_file" "$over/opt/pghot-rig/exec.sh"
 install -m 0755 "$here/debian-app.sh" "$over/opt/pghot-rig/app.sh"
+[ -z "$guest_bin" ] || install -m 0755 "$guest_bin" "$over/opt/pghot-rig/pgibs-guest"
+install -m 0755 "$here/mc-bench.pl" "$over/opt/pghot-rig/mc-bench.pl"
 install -m 0644 "$here/guest-damon.sh" "$over/opt/pghot-rig/guest-damon.sh"
 # The guest's script writes its lines to the serial console, then powers the guest off.
 cat > "$over/etc/systemd/system/pghot-rig.service" <<'EOF'
@@ -169,9 +221,15 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_HOT_MB=16"
 	echo "RIG_DAMON_WATCH_S=$duration"
 	echo "RIG_APP=$app"
+	printf 'RIG_APP_LOAD=%q\n' "$app_load"
+	printf 'RIG_APP_RUN=%q\n' "$app_run"
 	echo "RIG_SLOW_NS=$slow_ns"
+	echo "RIG_FAST_NS=$fast_ns"
+	echo "RIG_PERIOD=$period"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
+	# memcached: all 256 Ki keys of 1 KiB in random order (~300 MB of slabs), then multi-gets
+	# over the first 16 Ki.
 	echo "RIG_KEYS=262144"
 	echo "RIG_VALUE_B=1024"
 	echo "RIG_HOT_KEYS=16384"
@@ -202,7 +260,7 @@ for s in "${scenarios[@]}"; do
 		# Disarmed until the guest is up (app.sh sends ARM, then SLOW_NS): with every access
 		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
 		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0 armed=0
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb"
 	fi
 	log "$s: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s)"
 	console=$work/$s.console
@@ -262,9 +320,10 @@ done
 if [ ${#results[@]} -gt 0 ]; then
 	printf '%s\n' "${results[@]}" | jq -rs '
 		def f(d): if . == null then "-" else (. * d | round / d | tostring) end;
-		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "MB promoted", "promoter CPU s", "hint faults", "modelled mem us/op", "fast/slow MB after"] | @tsv),
-		(.[] | [.scenario, .app, (.ops_per_s | f(1)), (.p50_ms | f(1000)), (.p99_ms | f(1000)), (.mb_promoted | f(10)),
-			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.modelled_mem_us_per_op | f(10)),
+		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "hot fast %", "over %", "MB promoted", "promoter CPU s", "hint faults", "app mem us/op", "guest mem us/op", "fast/slow MB after"] | @tsv),
+		(.[] | [.scenario, .app, (.ops_per_s | f(1)), (.p50_ms | f(1000)), (.p99_ms | f(1000)),
+			(.hot_fast_pct | f(10)), (.over_promotion_pct | f(10)), (.mb_promoted | f(10)),
+			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.app_modelled_mem_us_per_op | f(100)), (.modelled_mem_us_per_op | f(10)),
 			"\(.app_fast_mb_after)/\(.app_slow_mb_after)"] | @tsv)' | column -t -s $'\t' >&2
 fi
 log "done in $(($(date +%s) - t_start)) s (build $((t_built - t_start)) s)"

@@ -16,6 +16,9 @@ pub struct Config {
     pub slow_hi: u64,
     /// Host nanoseconds spun on every access to the slow range (0: off).
     pub slow_ns: u64,
+    /// Host nanoseconds spun on every access elsewhere in RAM (0: off): with a modelled
+    /// cache, the memory time of a fast-tier miss (README.md, "Time dilation").
+    pub fast_ns: u64,
     /// Latencies of the modelled memory clock, per user-mode access.
     pub fast_model_ns: u64,
     pub slow_model_ns: u64,
@@ -96,6 +99,7 @@ impl Default for Config {
             slow_lo: 0x8000_0000,
             slow_hi: 0xc000_0000,
             slow_ns: 0,
+            fast_ns: 0,
             // The seed's DRAM and CXL load latencies.
             fast_model_ns: 143,
             slow_model_ns: 320,
@@ -137,6 +141,7 @@ impl Config {
                 "slow_lo" => c.slow_lo = num()?,
                 "slow_hi" => c.slow_hi = num()?,
                 "slow_ns" => c.slow_ns = num()?,
+                "fast_ns" => c.fast_ns = num()?,
                 "fast_model_ns" => c.fast_model_ns = num()?,
                 "slow_model_ns" => c.slow_model_ns = num()?,
                 "ram_mb" => c.ram_mb = num()?,

@@ -102,7 +102,7 @@ fn control(state: &'static State, path: &Path) {
 fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
     let t = state.totals(counts);
     format!(
-        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={}\n",
+        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={} fast_ns={}\n",
         t.pages,
         t.accesses,
         t.fast_user,
@@ -115,6 +115,7 @@ fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
         state.cfg.period,
         t.cache_hits,
         t.samples_filtered,
+        state.fast_ns.load(Relaxed),
     )
 }
 
@@ -149,16 +150,23 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             state.sync.store(true, Relaxed);
             b"OK\n".to_vec()
         }
-        (Some("SLOW_NS"), Some(n), None) => match crate::config::parse_u64(n) {
-            Some(ns) if ns <= 1_000_000 => {
-                state.slow_ns.store(ns, Relaxed);
-                b"OK\n".to_vec()
+        (Some(cmd @ ("SLOW_NS" | "FAST_NS")), Some(n), None) => {
+            match crate::config::parse_u64(n) {
+                Some(ns) if ns <= 1_000_000 => {
+                    let target = if cmd == "SLOW_NS" {
+                        &state.slow_ns
+                    } else {
+                        &state.fast_ns
+                    };
+                    target.store(ns, Relaxed);
+                    b"OK\n".to_vec()
+                }
+                _ => format!("ERR {cmd} takes 0..=1000000\n").into_bytes(),
             }
-            _ => b"ERR SLOW_NS takes 0..=1000000\n".to_vec(),
-        },
+        }
         (None, _, _) => Vec::new(),
         _ => format!(
-            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, ARM, DISARM)\n"
+            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, FAST_NS n, ARM, DISARM)\n"
         )
         .into_bytes(),
     }
@@ -188,6 +196,9 @@ mod tests {
         );
         assert_eq!(&dump[nl + 1..], &[3, 0, 0, 0, 2, 0, 0, 0]);
         assert_eq!(answer(&s, "SLOW_NS 250"), b"OK\n");
+        assert_eq!(answer(&s, "FAST_NS 120"), b"OK\n");
+        assert_eq!(s.fast_ns.load(Relaxed), 120);
+        assert!(answer(&s, "FAST_NS 1000001").starts_with(b"ERR FAST_NS"));
         assert!(
             String::from_utf8(answer(&s, "STATS"))
                 .unwrap()

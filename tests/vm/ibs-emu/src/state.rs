@@ -140,6 +140,8 @@ pub struct State {
     slow_len: u64,
     /// Settable at run time (control command `SLOW_NS`), read on every slow access.
     pub slow_ns: AtomicU64,
+    /// The same for every other access (control command `FAST_NS`).
+    pub fast_ns: AtomicU64,
     /// Control commands `ARM` / `DISARM` (start: `cfg.armed`); read on every access.
     pub armed: AtomicBool,
     pub vcpus: Box<[Vcpu]>,
@@ -184,6 +186,7 @@ impl State {
             slow_lo: cfg.slow_lo,
             slow_len: cfg.slow_hi - cfg.slow_lo,
             slow_ns: AtomicU64::new(cfg.slow_ns),
+            fast_ns: AtomicU64::new(cfg.fast_ns),
             armed: AtomicBool::new(cfg.armed),
             vcpus,
             sent: AtomicU64::new(0),
@@ -234,11 +237,9 @@ impl State {
         if vaddr < USER_TOP {
             bump(if slow { &v.slow_user } else { &v.fast_user });
         }
-        if slow {
-            let ns = self.slow_ns.load(Relaxed);
-            if ns != 0 {
-                spin(ns);
-            }
+        let ns = if slow { &self.slow_ns } else { &self.fast_ns }.load(Relaxed);
+        if ns != 0 {
+            spin(ns);
         }
     }
 

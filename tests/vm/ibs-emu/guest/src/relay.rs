@@ -25,6 +25,10 @@ use crate::{Ctl, Res, port};
 
 /// How often the candidate processes are listed again.
 const RESCAN: Duration = Duration::from_millis(500);
+/// After each batch the relay waits this long before reading again, so that it reads, looks
+/// up and writes dozens of records per system call rather than one (the plugin flushes every
+/// 1 ms); it bounds the delay the relay adds.
+const GATHER: Duration = Duration::from_millis(4);
 /// How often the figures are written to the stats file.
 const STATS_EVERY: Duration = Duration::from_secs(1);
 const PFN_MASK: u64 = (1 << 55) - 1;
@@ -47,6 +51,9 @@ struct Attributor {
     /// Frames no process mapped at that address since the last rescan (an exited process,
     /// a page being migrated): not looked up again until the next rescan.
     nobody: std::collections::HashSet<u64>,
+    /// (virtual page, frame) -> pid found since the last rescan: a hot page is sampled again
+    /// and again, and each pagemap read is a system call (tens of microseconds under TCG).
+    known: HashMap<(u64, u64), u32>,
     /// pagemap reads, for the cost figure.
     reads: u64,
 }
@@ -70,6 +77,7 @@ impl Attributor {
             scanned: None,
             last: HashMap::new(),
             nobody: std::collections::HashSet::new(),
+            known: HashMap::new(),
             reads: 0,
         }
     }
@@ -104,6 +112,7 @@ impl Attributor {
         self.procs.sort_by_key(|p| std::cmp::Reverse(p.hits));
         self.last.clear();
         self.nobody.clear();
+        self.known.clear();
         self.scanned = Some(Instant::now());
     }
 
@@ -114,6 +123,10 @@ impl Attributor {
         let pfn = r.paddr >> 12;
         if self.nobody.contains(&pfn) {
             return None;
+        }
+        let key = (r.vaddr >> 12, pfn);
+        if let Some(&pid) = self.known.get(&key) {
+            return Some(pid);
         }
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
         let order = first
@@ -126,6 +139,7 @@ impl Attributor {
             {
                 self.last.insert(r.vcpu, i as u32);
                 self.procs[i].hits += 1;
+                self.known.insert(key, self.procs[i].pid);
                 return Some(self.procs[i].pid);
             }
         }
@@ -282,5 +296,6 @@ pub fn relay(out: &str, period: u64, stats: &str) -> Res<()> {
             fig.write(stats, &attributor, split.skipped);
             stats_at = Instant::now();
         }
+        std::thread::sleep(GATHER);
     }
 }

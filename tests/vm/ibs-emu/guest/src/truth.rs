@@ -25,6 +25,9 @@ use crate::{Ctl, Res};
 /// would be gigabytes of zeros to read).
 const MAX_MAPPING: u64 = 8 << 30;
 const HOT_SHARE: f64 = 0.8;
+/// The plugin's default latencies of its modelled clock (the seed's DRAM and CXL figures).
+const FAST_MODEL_NS: u64 = 143;
+const SLOW_MODEL_NS: u64 = 320;
 
 /// The `[lo, hi)` of each of `pid`'s user mappings (lower half, at most `max` bytes long),
 /// from /proc/PID/maps.
@@ -113,6 +116,11 @@ pub struct Truth {
     pub promoted: usize,
     pub promoted_hot: usize,
     pub over_promotion_pct: f64,
+    /// The program's counted accesses on top-tier and lower-tier frames: with the plugin's
+    /// latencies, its own modelled memory time (the guest-wide clock also holds every
+    /// other process's, the promoter's included).
+    pub app_fast_accesses: u64,
+    pub app_slow_accesses: u64,
 }
 
 /// `counts`: (pfn, accesses) from the plugin; `snaps`: (vpn, pfn) per snapshot, oldest
@@ -131,6 +139,7 @@ pub fn compute(
             page_of.insert(pfn, vpn);
         }
     }
+    let (mut app_fast_accesses, mut app_slow_accesses) = (0, 0);
     let mut per_page: HashMap<u64, u64> = HashMap::new();
     for snap in snaps {
         for &(vpn, _) in snap {
@@ -140,6 +149,11 @@ pub fn compute(
     for &(pfn, n) in counts {
         if let Some(vpn) = page_of.get(&u64::from(pfn)) {
             *per_page.get_mut(vpn).unwrap() += u64::from(n);
+            if fast(u64::from(pfn)) {
+                app_fast_accesses += u64::from(n);
+            } else {
+                app_slow_accesses += u64::from(n);
+            }
         }
     }
     let accesses: u64 = per_page.values().sum();
@@ -191,6 +205,8 @@ pub fn compute(
         promoted: promoted.len(),
         promoted_hot,
         over_promotion_pct: 100.0 * (promoted.len() - promoted_hot) as f64 / hot.len() as f64,
+        app_fast_accesses,
+        app_slow_accesses,
     })
 }
 
@@ -210,7 +226,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
     let t = compute(&counts, &snaps, fast)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
@@ -222,6 +238,9 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         t.promoted,
         t.promoted_hot,
         t.over_promotion_pct,
+        t.app_fast_accesses,
+        t.app_slow_accesses,
+        (t.app_fast_accesses * FAST_MODEL_NS + t.app_slow_accesses * SLOW_MODEL_NS) as f64 / 1e6,
     );
     Ok(())
 }
@@ -249,6 +268,8 @@ mod tests {
         assert_eq!(t.hot_slow_at_start, 2);
         assert_eq!((t.promoted, t.promoted_hot), (2, 1));
         assert_eq!(t.over_promotion_pct, 50.0);
+        // Frames below 100 are fast: 20 (A's fast frame) + 15 (C's); the rest slow.
+        assert_eq!((t.app_fast_accesses, t.app_slow_accesses), (35, 65));
     }
 
     #[test]
