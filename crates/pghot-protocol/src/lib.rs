@@ -13,7 +13,7 @@ pub mod client;
 mod unique;
 pub mod views;
 
-pub use views::PidCounts;
+pub use views::{Conflict, ConflictKind, PidCounts};
 
 /// A NUMA node id, as the kernel numbers nodes (`/sys/devices/system/node/nodeN`).
 pub type NodeId = u16;
