@@ -1,14 +1,16 @@
 //! `pghotd`: the tiering daemon. Wiring only; the work lives in the library.
 //!
 //! Exit codes: 0 done, 1 runtime failure, 2 bad configuration or usage, 3 the kernel or
-//! machine lacks what pghotd needs.
+//! machine lacks what pghotd needs, or (`conflicts = "refuse"`) something else promotes too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use pghot_protocol::ConflictKind;
 use pghotd::config::{Config, SettingArgs};
+use pghotd::conflicts::{ConflictPolicy, Probe};
 use pghotd::daemon::{self, DaemonError, RunOptions};
 use pghotd::logging::{self, LogFormat};
 
@@ -57,7 +59,7 @@ fn exit_code(err: &DaemonError) -> u8 {
         | DaemonError::NoSources
         | DaemonError::Source(_)
         | DaemonError::Control(_) => EXIT_CONFIG,
-        DaemonError::Topology(_) => EXIT_UNSUPPORTED,
+        DaemonError::Topology(_) | DaemonError::Conflicts { .. } => EXIT_UNSUPPORTED,
         _ => EXIT_RUNTIME,
     }
 }
@@ -154,6 +156,22 @@ fn check_config(config: &Config) -> ExitCode {
         eprintln!("pghotd: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    let conflicts = Probe::system(&config.sysfs_root).find();
+    // The pghotd already running is what a check before a restart or reload finds: shown, not
+    // refused.
+    let refused: Vec<_> = conflicts
+        .iter()
+        .filter(|c| c.kind != ConflictKind::Pghotd)
+        .cloned()
+        .collect();
+    if config.conflicts == ConflictPolicy::Refuse && !refused.is_empty() {
+        let e = DaemonError::Conflicts {
+            found: refused,
+            origin: config.origins.of("conflicts"),
+        };
+        eprintln!("pghotd: {e}");
+        return ExitCode::from(exit_code(&e));
+    }
     let open_ctx = config.open_context();
     for spec in &config.sources {
         if let Err(e) = spec.open(&open_ctx) {
@@ -180,6 +198,12 @@ fn check_config(config: &Config) -> ExitCode {
         }
     );
     println!("  topology: {}", topology.summary());
+    if conflicts.is_empty() {
+        println!("  competing promoters: none found");
+    }
+    for c in &conflicts {
+        println!("  competing promoter: {} (remedy: {})", c.detail, c.remedy);
+    }
     // Every setting as `config get` names it, with the value in effect.
     for (key, value) in config.values() {
         match value {
