@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     let config = match Config::load(cli.config.as_deref(), &cli.tunables) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("pghotd: {e}");
+            logging::fatal(&e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -102,10 +102,10 @@ fn main() -> ExitCode {
         Some(secs) => match Duration::try_from_secs_f64(secs) {
             Ok(d) if !d.is_zero() => Some(d),
             _ => {
-                eprintln!(
-                    "pghotd: --duration {secs}: must be a positive number of seconds, at most {}",
+                logging::fatal(&format_args!(
+                    "--duration {secs}: must be a positive number of seconds, at most {}",
                     Duration::MAX.as_secs()
-                );
+                ));
                 return ExitCode::from(EXIT_CONFIG);
             }
         },
@@ -135,8 +135,11 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("pghotd: {e}");
+            // As text, the log's own timestamped line too; the other formats' line is the log's.
+            if logging::chosen() == LogFormat::Text {
+                tracing::error!("{e}");
+            }
+            logging::fatal(&e);
             ExitCode::from(exit_code(&e))
         }
     }
@@ -148,12 +151,12 @@ fn check_config(config: &Config) -> ExitCode {
     )) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("pghotd: reading the NUMA topology: {e}");
+            logging::fatal(&format_args!("reading the NUMA topology: {e}"));
             return ExitCode::from(EXIT_UNSUPPORTED);
         }
     };
     if let Err(e) = config.check_against(&topology) {
-        eprintln!("pghotd: {e}");
+        logging::fatal(&e);
         return ExitCode::from(EXIT_CONFIG);
     }
     let conflicts = Probe::system(&config.sysfs_root).find();
@@ -169,13 +172,13 @@ fn check_config(config: &Config) -> ExitCode {
             found: refused,
             origin: config.origins.of("conflicts"),
         };
-        eprintln!("pghotd: {e}");
+        logging::fatal(&e);
         return ExitCode::from(exit_code(&e));
     }
     let open_ctx = config.open_context();
     for spec in &config.sources {
         if let Err(e) = spec.open(&open_ctx) {
-            eprintln!("pghotd: {e}");
+            logging::fatal(&e);
             return ExitCode::from(if e.is_unsupported() {
                 EXIT_UNSUPPORTED
             } else {
