@@ -109,9 +109,13 @@ impl Probe {
         found
     }
 
-    /// A file's trimmed text; `None` when missing (the kernel lacks it) or unreadable.
+    /// An attribute's trimmed text; `None` when missing (the kernel lacks it) or unreadable.
     fn read(&self, path: &Path) -> Option<String> {
-        match safefs::read_text(path, limit::ATTRIBUTE) {
+        self.read_within(path, limit::ATTRIBUTE)
+    }
+
+    fn read_within(&self, path: &Path, limit: usize) -> Option<String> {
+        match safefs::read_text(path, limit) {
             Ok(text) => Some(text.trim().to_string()),
             Err(e) => {
                 if e.kind() != std::io::ErrorKind::NotFound {
@@ -207,8 +211,11 @@ impl Probe {
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|&pid| pid != self.self_pid)
             .filter(|pid| {
-                self.read(&self.proc_root.join(pid.to_string()).join("comm"))
-                    .is_some_and(|comm| comm == "pghotd")
+                self.read_within(
+                    &self.proc_root.join(pid.to_string()).join("comm"),
+                    limit::COMM,
+                )
+                .is_some_and(|comm| comm == "pghotd")
             })
             .collect();
         pids.sort_unstable();
