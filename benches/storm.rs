@@ -261,6 +261,7 @@ impl Daemon {
             paused,
             sources: vec![format!("storm {mode}")],
             stop: StopToken::new(),
+            conflicts: Default::default(),
         }));
         let listener = bind(socket).expect("binding the control socket");
         let server =

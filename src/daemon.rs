@@ -20,6 +20,7 @@ use crate::admission::Admission;
 use crate::admission::gate::AdmissionGate;
 use crate::admission::thp::SysThp;
 use crate::config::{Config, ConfigError};
+use crate::conflicts::{ConflictPolicy, Conflicts, Probe, RECHECK_EVERY};
 use crate::control::metrics::MetricsServer;
 use crate::control::server::ControlServer;
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
@@ -78,6 +79,15 @@ pub enum DaemonError {
     Scope(#[from] ScopeError),
     #[error("{failed} source(s) failed; see the log")]
     SourcesFailed { failed: usize },
+    #[error(
+        "conflicts = \"refuse\" ({origin}) and something else moves pages between tiers too: \
+         {}; remove it, or set conflicts = \"warn\" to run beside it",
+        crate::conflicts::listed(found)
+    )]
+    Conflicts {
+        found: Vec<pghot_protocol::Conflict>,
+        origin: crate::config::Origin,
+    },
 }
 
 /// Options of one run that are not tunables.
@@ -136,13 +146,20 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     let signals = Signals::new([SIGTERM, SIGINT, SIGHUP]).map_err(DaemonError::Signals)?;
     let (topology, tracker) = read_machine(config)?;
     let scope = Arc::clone(tracker.scope());
+    // Before the sources open: a refused start claims no kdamond and opens no perf event.
+    let watchers = Watchers {
+        conflicts: check_conflicts(config)?,
+        tracker,
+    };
     // Everything that can fail on a bad setting or a busy resource is done before the first
     // worker thread starts: the sources open, the recording file, the sockets.
-    let sources = open_sources(config, &tracker)?;
+    let sources = open_sources(config, &watchers.tracker)?;
     let stats_file = open_stats_json(opts)?;
     let pipeline = build_pipeline(config, &topology, &scope, opts)?;
     let listeners = Listeners::bind(config)?;
-    let running = start(config, opts, pipeline, sources, listeners, tracker, signals)?;
+    let running = start(
+        config, opts, pipeline, sources, listeners, watchers, signals,
+    )?;
 
     // A duration past what an Instant can hold is no deadline in practice.
     let deadline = opts.duration.and_then(|d| started.checked_add(d));
@@ -154,6 +171,27 @@ pub fn run(config: &Config, opts: &RunOptions) -> Result<RunSummary, DaemonError
     });
     let (pipeline, failed) = running.shut_down(reason, failed, still_running);
     finish(config, stats_file, &pipeline, reason, started, failed)
+}
+
+/// What the background threads keep watching: the scope's processes and competing promoters.
+struct Watchers {
+    tracker: ScopeTracker,
+    conflicts: Arc<Conflicts>,
+}
+
+/// The first look for competing promoters: each is logged (once) with its remedy, or, with
+/// `conflicts = "refuse"`, ends the start.
+fn check_conflicts(config: &Config) -> Result<Arc<Conflicts>, DaemonError> {
+    let found = Probe::system(&config.sysfs_root).find();
+    if config.conflicts == ConflictPolicy::Refuse && !found.is_empty() {
+        return Err(DaemonError::Conflicts {
+            found,
+            origin: config.origins.of("conflicts"),
+        });
+    }
+    let conflicts = Arc::new(Conflicts::default());
+    conflicts.update(found);
+    Ok(conflicts)
 }
 
 /// `--stats-json`, opened now so a bad path (a planted symlink, a FIFO, a directory, another
@@ -300,17 +338,18 @@ struct Running {
 }
 
 /// Starts every thread: signals first (a SIGTERM during startup is not lost), then the
-/// migrators, the sources, the control plane and its sockets, the scope refresher and the
-/// sd_notify status.
+/// migrators, the sources, the control plane and its sockets, the scope refresher, the
+/// conflicts check and the sd_notify status.
 fn start(
     config: &Config,
     opts: &RunOptions,
     pipeline: Pipeline,
     opened: OpenedSources,
     listeners: Listeners,
-    tracker: ScopeTracker,
+    watchers: Watchers,
     signals: Signals,
 ) -> Result<Running, DaemonError> {
+    let Watchers { tracker, conflicts } = watchers;
     let (events_tx, events) = crossbeam_channel::unbounded::<Event>();
     let plane_slot: Arc<OnceLock<Arc<ControlPlane>>> = Arc::new(OnceLock::new());
     let signals = start_signals(signals, events_tx.clone(), Arc::clone(&plane_slot))?;
@@ -343,6 +382,7 @@ fn start(
         paused,
         sources: sources.iter().map(|t| t.describe.clone()).collect(),
         stop: stop.clone(),
+        conflicts: Arc::clone(&conflicts),
     }));
     let _ = plane_slot.set(Arc::clone(&plane));
     let (control, metrics) = start_control(listeners, &plane)?;
@@ -368,6 +408,16 @@ fn start(
         Duration::from_millis(u64::from(config.scope_refresh_ms)),
         background_stop.clone(),
     )?;
+    let conflicts_thread = crate::conflicts::spawn_watch(
+        Probe::system(&config.sysfs_root),
+        conflicts,
+        RECHECK_EVERY,
+        background_stop.clone(),
+    )
+    .map_err(|source| DaemonError::Spawn {
+        name: "pghot-conflicts".into(),
+        source,
+    })?;
     let notify_thread =
         crate::service::ready(status, Arc::clone(&pipeline.stats), background_stop.clone())
             .map_err(|source| DaemonError::Spawn {
@@ -383,6 +433,7 @@ fn start(
         background_stop,
         background: vec![
             ("pghot-scope", Some(scope_thread)),
+            ("pghot-conflicts", Some(conflicts_thread)),
             ("pghot-notify", notify_thread),
         ],
         signals,

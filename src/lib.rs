@@ -16,6 +16,7 @@
 pub mod admission;
 pub mod clock;
 pub mod config;
+pub mod conflicts;
 pub mod control;
 pub mod daemon;
 pub mod generate;

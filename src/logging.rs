@@ -5,6 +5,7 @@
 
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
+use std::sync::OnceLock;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -80,6 +81,33 @@ where
     }
 }
 
+/// The format [`init`] chose (`auto` resolved), for [`fatal`].
+static CHOSEN: OnceLock<LogFormat> = OnceLock::new();
+
+/// The format log lines are written in: `text` until [`init`] ran.
+pub fn chosen() -> LogFormat {
+    CHOSEN.get().copied().unwrap_or(LogFormat::Text)
+}
+
+/// Writes why pghotd stops, in the form stderr's reader takes: `pghotd: MESSAGE` as text (what
+/// scripts and a terminal read), with LOG_ERR's `<3>` under the journal (journald would file an
+/// unprefixed line at the unit's default priority, info), and as one JSON object for a log
+/// shipper (a bare line would break its parsing). Written whatever the log filter says.
+pub fn fatal(message: &dyn std::fmt::Display) {
+    match chosen() {
+        LogFormat::Journald => eprintln!("<{}>pghotd: {message}", priority(&Level::ERROR)),
+        LogFormat::Json => eprintln!(
+            "{}",
+            serde_json::json!({
+                "level": "ERROR",
+                "fields": { "message": message.to_string() },
+                "target": "pghotd",
+            })
+        ),
+        LogFormat::Auto | LogFormat::Text => eprintln!("pghotd: {message}"),
+    }
+}
+
 /// Installs the global subscriber. `filter` is a tracing directive (`info`, `pghotd=debug`).
 pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| e.to_string())?;
@@ -90,6 +118,7 @@ pub fn init(filter: &str, format: LogFormat) -> Result<(), String> {
         LogFormat::Auto => LogFormat::Text,
         other => other,
     };
+    let _ = CHOSEN.set(format);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -386,12 +386,7 @@ fn scrape(addr: &str) -> Result<(String, Duration), String> {
 
 #[test]
 fn scrapes_and_sigterm_are_prompt_while_slow_and_idle_metrics_clients_connect() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = util::free_loopback_addr();
     let d = Daemon::start(&["--metrics-listen", &addr]);
     wait_for_tcp(&addr, &d);
     // 20 clients that send a byte of their request every 1.5 s (each byte used to restart a
@@ -456,12 +451,7 @@ fn scrapes_and_sigterm_are_prompt_while_slow_and_idle_metrics_clients_connect() 
 
 #[test]
 fn metrics_answers_bad_and_oversized_heads_and_keeps_serving() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = util::free_loopback_addr();
     let d = Daemon::start(&["--metrics-listen", &addr]);
     wait_for_tcp(&addr, &d);
     let ask = |bytes: &[u8]| {

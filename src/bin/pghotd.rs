@@ -1,14 +1,16 @@
 //! `pghotd`: the tiering daemon. Wiring only; the work lives in the library.
 //!
 //! Exit codes: 0 done, 1 runtime failure, 2 bad configuration or usage, 3 the kernel or
-//! machine lacks what pghotd needs.
+//! machine lacks what pghotd needs, or (`conflicts = "refuse"`) something else promotes too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use pghot_protocol::ConflictKind;
 use pghotd::config::{Config, SettingArgs};
+use pghotd::conflicts::{ConflictPolicy, Probe};
 use pghotd::daemon::{self, DaemonError, RunOptions};
 use pghotd::logging::{self, LogFormat};
 
@@ -57,7 +59,7 @@ fn exit_code(err: &DaemonError) -> u8 {
         | DaemonError::NoSources
         | DaemonError::Source(_)
         | DaemonError::Control(_) => EXIT_CONFIG,
-        DaemonError::Topology(_) => EXIT_UNSUPPORTED,
+        DaemonError::Topology(_) | DaemonError::Conflicts { .. } => EXIT_UNSUPPORTED,
         _ => EXIT_RUNTIME,
     }
 }
@@ -84,7 +86,7 @@ fn main() -> ExitCode {
     let config = match Config::load(cli.config.as_deref(), &cli.tunables) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("pghotd: {e}");
+            logging::fatal(&e);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -100,10 +102,10 @@ fn main() -> ExitCode {
         Some(secs) => match Duration::try_from_secs_f64(secs) {
             Ok(d) if !d.is_zero() => Some(d),
             _ => {
-                eprintln!(
-                    "pghotd: --duration {secs}: must be a positive number of seconds, at most {}",
+                logging::fatal(&format_args!(
+                    "--duration {secs}: must be a positive number of seconds, at most {}",
                     Duration::MAX.as_secs()
-                );
+                ));
                 return ExitCode::from(EXIT_CONFIG);
             }
         },
@@ -133,8 +135,11 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            tracing::error!("{e}");
-            eprintln!("pghotd: {e}");
+            // As text, the log's own timestamped line too; the other formats' line is the log's.
+            if logging::chosen() == LogFormat::Text {
+                tracing::error!("{e}");
+            }
+            logging::fatal(&e);
             ExitCode::from(exit_code(&e))
         }
     }
@@ -146,18 +151,34 @@ fn check_config(config: &Config) -> ExitCode {
     )) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("pghotd: reading the NUMA topology: {e}");
+            logging::fatal(&format_args!("reading the NUMA topology: {e}"));
             return ExitCode::from(EXIT_UNSUPPORTED);
         }
     };
     if let Err(e) = config.check_against(&topology) {
-        eprintln!("pghotd: {e}");
+        logging::fatal(&e);
         return ExitCode::from(EXIT_CONFIG);
+    }
+    let conflicts = Probe::system(&config.sysfs_root).find();
+    // The pghotd already running is what a check before a restart or reload finds: shown, not
+    // refused.
+    let refused: Vec<_> = conflicts
+        .iter()
+        .filter(|c| c.kind != ConflictKind::Pghotd)
+        .cloned()
+        .collect();
+    if config.conflicts == ConflictPolicy::Refuse && !refused.is_empty() {
+        let e = DaemonError::Conflicts {
+            found: refused,
+            origin: config.origins.of("conflicts"),
+        };
+        logging::fatal(&e);
+        return ExitCode::from(exit_code(&e));
     }
     let open_ctx = config.open_context();
     for spec in &config.sources {
         if let Err(e) = spec.open(&open_ctx) {
-            eprintln!("pghotd: {e}");
+            logging::fatal(&e);
             return ExitCode::from(if e.is_unsupported() {
                 EXIT_UNSUPPORTED
             } else {
@@ -180,6 +201,12 @@ fn check_config(config: &Config) -> ExitCode {
         }
     );
     println!("  topology: {}", topology.summary());
+    if conflicts.is_empty() {
+        println!("  competing promoters: none found");
+    }
+    for c in &conflicts {
+        println!("  competing promoter: {} (remedy: {})", c.detail, c.remedy);
+    }
     // Every setting as `config get` names it, with the value in effect.
     for (key, value) in config.values() {
         match value {

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use super::setting::{Field, Setting, Written, field, text, texts};
+use crate::conflicts::ConflictPolicy;
 use crate::sampler::SourceSpec;
 
 /// A node id: the kernel's MAX_NUMNODES is at most 1 << CONFIG_NODES_SHIFT (10).
@@ -152,6 +153,19 @@ pub static SETTINGS: &[Setting] = &[
         .allowed("{range}, above `promote_min_free_pct`")
         .doc("demotion's low watermark, % of a fast node's memory")
         .runtime(),
+    Setting::text("conflicts", CONFLICTS)
+        .flag("conflicts", "warn|refuse")
+        .help(
+            "When the kernel (numa_balancing tiering, demotion), a DAMON migrate_hot/cold \
+             scheme or another pghotd also moves pages: warn (log it, run) or refuse (exit 3 at \
+             start) [default: {default}]",
+        )
+        .allowed("`\"warn\"`, `\"refuse\"`")
+        .doc(
+            "what a competing promoter found at start does: `\"warn\"` logs it once with the \
+             remedy and runs, `\"refuse\"` exits 3; found later, one is logged either way \
+             (`pghotctl status`, `pghotd_conflicts`)",
+        ),
     Setting::path("sysfs_root", SYSFS_ROOT)
         .flag("sysfs-root", "DIR")
         .help(
@@ -509,6 +523,15 @@ const CONTROL_SOCKET: Field = Field {
         Ok(())
     },
     copy: |from, to| to.control_socket = from.control_socket.clone(),
+};
+
+const CONFLICTS: Field = Field {
+    get: |c| Some(Written::Text(c.conflicts.name().into())),
+    set: |c, value| {
+        c.conflicts = ConflictPolicy::parse(&text(value)?)?;
+        Ok(())
+    },
+    copy: |from, to| to.conflicts = from.conflicts,
 };
 
 const METRICS_LISTEN: Field = Field {

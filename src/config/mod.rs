@@ -28,6 +28,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 
 use crate::admission::AdmissionConfig;
+use crate::conflicts::ConflictPolicy;
 use crate::hotness::HotnessConfig;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
@@ -140,6 +141,8 @@ pub struct Config {
     pub loaded_from: Option<PathBuf>,
     /// `[admission]`: THP splitting and duplex-aware admission.
     pub admission: AdmissionConfig,
+    /// What a competing promoter found at start does (`conflicts`).
+    pub conflicts: ConflictPolicy,
     /// Where each given value came from, for the checks that run later.
     pub origins: Origins,
 }
@@ -201,6 +204,7 @@ impl Default for Config {
             scope_refresh_ms: 1000,
             loaded_from: None,
             admission: AdmissionConfig::default(),
+            conflicts: ConflictPolicy::default(),
             origins: Origins::default(),
         }
     }

@@ -3,8 +3,8 @@
 //! Names: every registry counter `<name>` is `pghotd_<name>_total`; the per-node counters
 //! `<name>_node<N>` are `pghotd_<name>_node_total{node="N"}`; per-process counters are
 //! `pghotd_pid_<field>_total{pid,comm}` with the field names of `stats --json`; gauges have no
-//! suffix (`pghotd_tracked_pages`, `pghotd_queue_depth{node}`, ...). Label values are escaped
-//! (`\\`, `\"`, `\n`), since comm names are chosen by the processes.
+//! suffix (`pghotd_tracked_pages`, `pghotd_queue_depth{node}`, `pghotd_conflicts{kind}`, ...).
+//! Label values are escaped (`\\`, `\"`, `\n`), since comm names are chosen by the processes.
 //!
 //! The server (`control/http.rs`) is deliberately small: HTTP/1.0-style, one request per
 //! connection, every connection multiplexed on the metrics thread with poll(2) (a scrape is one
@@ -77,6 +77,7 @@ pub fn render(snap: &Snapshot) -> String {
     };
     w.counters(snap);
     w.gauges(snap);
+    w.conflicts(snap);
     w.nodes(snap);
     w.pids(snap);
     w.out.push_str("# EOF\n");
@@ -143,6 +144,19 @@ impl Writer {
             &[],
             format!("{:.3}", snap.uptime_s),
         );
+    }
+
+    /// One sample per kind of competing promoter: 1 while one is found, else 0.
+    fn conflicts(&mut self, snap: &Snapshot) {
+        self.family(
+            "pghotd_conflicts",
+            "gauge",
+            "competing promoters of a kind found at the last check (see pghotctl status)",
+        );
+        for kind in pghot_protocol::ConflictKind::ALL {
+            let found = snap.conflicts.iter().filter(|c| c.kind == kind).count();
+            self.sample("pghotd_conflicts", &[("kind", kind.name())], found);
+        }
     }
 
     /// Per node: the migrator's queue depth, memory total and free.
@@ -328,6 +342,11 @@ mod tests {
             pids_omitted: 0,
             ranges: None,
             admission: None,
+            conflicts: vec![pghot_protocol::Conflict {
+                kind: pghot_protocol::ConflictKind::NumaBalancing,
+                detail: "kernel.numa_balancing = 2".into(),
+                remedy: "sysctl kernel.numa_balancing=0".into(),
+            }],
         };
         let text = render(&snap);
         for line in [
@@ -337,6 +356,9 @@ mod tests {
             "pghotd_pgpromote_success_node_total{node=\"0\"} 5",
             "pghotd_queue_depth{node=\"2\"} 9",
             "pghotd_paused 1",
+            "# TYPE pghotd_conflicts gauge",
+            "pghotd_conflicts{kind=\"numa_balancing\"} 1",
+            "pghotd_conflicts{kind=\"pghotd\"} 0",
             "pghotd_node_mem_free_bytes{node=\"2\",tier=\"lower\"} 1024",
             "pghotd_pid_samples_total{pid=\"42\",comm=\"a\\\"b\\\\c\"} 11",
         ] {

@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::migrate::{self, MigrateOptions};
 use crate::config::{Config, SettingArgs};
+use crate::conflicts::Conflicts;
 use crate::hotness::HotTable;
 use crate::ingest::Ingest;
 use crate::migrator::MigratorEvent;
@@ -48,6 +49,8 @@ pub struct ControlParts {
     pub paused: Arc<AtomicBool>,
     pub sources: Vec<String>,
     pub stop: StopToken,
+    /// Competing promoters found at the last check.
+    pub conflicts: Arc<Conflicts>,
 }
 
 pub struct ControlPlane {
@@ -167,6 +170,7 @@ impl ControlPlane {
                 .as_ref()
                 .map_or("off".into(), |p| p.display().to_string()),
             metrics_listen: config.metrics_listen.map(|a| a.to_string()),
+            conflicts: self.parts.conflicts.current(),
         }
     }
 
@@ -249,6 +253,7 @@ impl ControlPlane {
                 .ingest
                 .admission()
                 .map(|a| a.view(&topo.lower_tier_nodes())),
+            conflicts: self.parts.conflicts.current(),
         }
     }
 

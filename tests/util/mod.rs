@@ -63,6 +63,16 @@ pub fn replay(trace: &Path) -> Command {
     cmd
 }
 
+/// A loopback `ADDR:PORT` nobody listens on now, for `--metrics-listen`.
+pub fn free_loopback_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("127.0.0.1:{port}")
+}
+
 /// `pghotd` without arguments.
 pub fn pghotd_bare() -> Command {
     let mut cmd = Command::new(workspace_bin("pghotd"));

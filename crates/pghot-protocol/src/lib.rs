@@ -13,7 +13,7 @@ pub mod client;
 mod unique;
 pub mod views;
 
-pub use views::PidCounts;
+pub use views::{Conflict, ConflictKind, PidCounts};
 
 /// A NUMA node id, as the kernel numbers nodes (`/sys/devices/system/node/nodeN`).
 pub type NodeId = u16;
@@ -341,6 +341,10 @@ pub struct Snapshot {
     /// Migration admission (THP splitting, duplex), when configured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<crate::views::AdmissionView>,
+    /// Competing promoters found at the last check (absent from daemons before they were
+    /// checked: none).
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
 }
 
 impl Snapshot {
@@ -367,6 +371,9 @@ pub struct StatusReport {
     pub nodes: Vec<NodeRow>,
     pub socket: String,
     pub metrics_listen: Option<String>,
+    /// Competing promoters found at the last check (absent from older daemons: none).
+    #[serde(default)]
+    pub conflicts: Vec<Conflict>,
 }
 
 /// `reload` and `config set`.
@@ -512,5 +519,28 @@ mod tests {
         );
         let back: Response = serde_json::from_str(err.trim_end()).unwrap();
         assert!(matches!(back, Response::Error(e) if e.kind == ErrorKind::TooLarge));
+    }
+
+    #[test]
+    fn conflicts_are_optional_and_unknown_kinds_are_other() {
+        // A status from a daemon that predates the conflicts check: none.
+        let old = serde_json::json!({
+            "pid": 1, "version": "0.1.0", "uptime_s": 1.0, "paused": false, "dry_run": false,
+            "config_file": null, "sources": [], "sources_from": "x", "target": "x",
+            "topology": "x", "nodes": [], "socket": "off", "metrics_listen": null
+        });
+        let s: StatusReport = serde_json::from_value(old).unwrap();
+        assert!(s.conflicts.is_empty());
+        // A kind a newer daemon adds still parses.
+        let c: Conflict = serde_json::from_value(serde_json::json!({
+            "kind": "autonuma_v9", "detail": "d", "remedy": "r"
+        }))
+        .unwrap();
+        assert_eq!(c.kind, ConflictKind::Other);
+        for kind in ConflictKind::ALL {
+            let v = serde_json::to_value(kind).unwrap();
+            assert_eq!(v, serde_json::json!(kind.name()));
+            assert_eq!(serde_json::from_value::<ConflictKind>(v).unwrap(), kind);
+        }
     }
 }

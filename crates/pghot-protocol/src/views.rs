@@ -137,3 +137,53 @@ pub struct PidSplitRow {
     pub size_kb: Option<u32>,
     pub hot_subfolios: Option<u32>,
 }
+
+/// What else moves pages between tiers: a kernel mechanism or another program that promotes
+/// or demotes the same pages pghotd does (double work, pages moved back and forth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConflictKind {
+    /// `kernel.numa_balancing` with NUMA_BALANCING_MEMORY_TIERING (2): the kernel promotes on
+    /// hint faults.
+    NumaBalancing,
+    /// `/sys/kernel/mm/numa/demotion_enabled`: reclaim demotes to the lower tier.
+    Demotion,
+    /// A running kdamond with a `migrate_hot` or `migrate_cold` scheme.
+    Damon,
+    /// Another pghotd.
+    Pghotd,
+    /// A kind a newer daemon knows and this tool does not.
+    #[serde(other)]
+    Other,
+}
+
+impl ConflictKind {
+    /// Every kind a daemon reports (the metric has a sample for each, 0 when absent).
+    pub const ALL: [ConflictKind; 4] = [
+        ConflictKind::NumaBalancing,
+        ConflictKind::Demotion,
+        ConflictKind::Damon,
+        ConflictKind::Pghotd,
+    ];
+
+    /// The name on the wire and in the metric's `kind` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConflictKind::NumaBalancing => "numa_balancing",
+            ConflictKind::Demotion => "demotion",
+            ConflictKind::Damon => "damon",
+            ConflictKind::Pghotd => "pghotd",
+            ConflictKind::Other => "other",
+        }
+    }
+}
+
+/// One competing promoter, as found.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Conflict {
+    pub kind: ConflictKind,
+    /// What was found, e.g. `kernel.numa_balancing = 2 (memory tiering)`.
+    pub detail: String,
+    /// What turns it off, e.g. `sysctl kernel.numa_balancing=0`.
+    pub remedy: String,
+}

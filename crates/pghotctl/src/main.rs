@@ -351,6 +351,15 @@ fn print_status(s: &StatusReport) -> anyhow::Result<()> {
         "metrics: {}",
         s.metrics_listen.as_deref().unwrap_or("off")
     )?;
+    if s.conflicts.is_empty() {
+        writeln!(out, "competing promoters: none found")?;
+    } else {
+        writeln!(out, "competing promoters (they move the same pages):")?;
+        for c in &s.conflicts {
+            writeln!(out, "  {}", c.detail)?;
+            writeln!(out, "    remedy: {}", c.remedy)?;
+        }
+    }
     Ok(())
 }
 

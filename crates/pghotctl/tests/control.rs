@@ -21,6 +21,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(extra: &[&str]) -> Daemon {
+        Daemon::start_on(&util::qemu_3node(), extra)
+    }
+
+    /// On a sysfs tree of the test's own.
+    fn start_on(sysfs: &Path, extra: &[&str]) -> Daemon {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("ctl.sock");
         let fifo = dir.path().join("samples.fifo");
@@ -29,7 +34,7 @@ impl Daemon {
             .arg("--source")
             .arg(format!("trace:{}", fifo.display()))
             .args(["--dry-run", "--sysfs-root"])
-            .arg(util::qemu_3node())
+            .arg(sysfs)
             .arg("--socket")
             .arg(&socket)
             .arg("--stats-json")
@@ -393,12 +398,7 @@ fn parse_openmetrics(text: &str) -> Vec<MetricSample> {
 
 #[test]
 fn metrics_are_scraped_over_loopback_and_parse_as_openmetrics() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = util::free_loopback_addr();
     let mut d = Daemon::start(&["--metrics-listen", &addr]);
     d.feed(&trace(900_001, 20, 3));
     // Recorders fold their counts every 1024 samples or 100 ms of sample time: a later
@@ -457,6 +457,131 @@ fn metrics_are_scraped_over_loopback_and_parse_as_openmetrics() {
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+}
+
+/// The QEMU fixture with reclaim demotion on and a kdamond running `migrate_hot`.
+fn sysfs_with_competitors(dir: &Path) -> PathBuf {
+    let root = dir.join("sys");
+    util::run(
+        Command::new("cp")
+            .arg("-R")
+            .arg(util::qemu_3node())
+            .arg(&root),
+        true,
+    );
+    let files = [
+        ("kernel/mm/numa/demotion_enabled", "true\n"),
+        ("kernel/mm/damon/admin/kdamonds/nr_kdamonds", "1\n"),
+        ("kernel/mm/damon/admin/kdamonds/0/state", "on\n"),
+        (
+            "kernel/mm/damon/admin/kdamonds/0/contexts/0/schemes/0/action",
+            "migrate_hot\n",
+        ),
+    ];
+    for (rel, text) in files {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    root
+}
+
+#[test]
+fn issue_20_competing_promoters_show_in_status_and_metrics_and_refuse_exits_3() {
+    let tree = tempfile::tempdir().unwrap();
+    let sysfs = sysfs_with_competitors(tree.path());
+    let addr = util::free_loopback_addr();
+    let d = Daemon::start_on(&sysfs, &["--metrics-listen", &addr]);
+    let status = stdout(d.ctl().arg("status"));
+    assert!(
+        status.contains("competing promoters (they move the same pages):")
+            && status.contains("demotion_enabled is true")
+            && status.contains("DAMON kdamond 0 runs a migrate_hot scheme")
+            && status.contains("remedy: echo off > "),
+        "{status}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(d.ctl().args(["status", "--json"]))).unwrap();
+    let kinds: Vec<&str> = json["conflicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"demotion") && kinds.contains(&"damon"),
+        "{json}"
+    );
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let body = resp.split_once("\r\n\r\n").unwrap().1;
+    let samples = parse_openmetrics(body);
+    let conflicts = |kind: &str| {
+        samples
+            .iter()
+            .find(|s| {
+                s.0 == "pghotd_conflicts" && s.1.iter().any(|(k, v)| k == "kind" && v == kind)
+            })
+            .map(|s| s.2)
+    };
+    assert_eq!(conflicts("demotion"), Some(1.0));
+    assert_eq!(conflicts("damon"), Some(1.0));
+    // Every kind has a sample, 0 when absent (this machine may have any).
+    assert!(conflicts("numa_balancing").is_some());
+    // Logged once, at warn, with the remedy.
+    let log = d.log();
+    assert_eq!(
+        log.matches("competing promoter: DAMON kdamond 0").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("Remedy: echo false > "), "{log}");
+    drop(d);
+
+    // conflicts = "refuse": exit 3 at start, naming the setting and what was found.
+    let out = util::run_code(
+        util::pghotd()
+            .args(["--source", "trace:-", "--dry-run", "--conflicts", "refuse"])
+            .arg("--sysfs-root")
+            .arg(&sysfs)
+            .stdin(Stdio::null()),
+        3,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("conflicts = \"refuse\" (flag --conflicts)")
+            && err.contains("demotion_enabled is true")
+            && err.contains("migrate_hot"),
+        "{err}"
+    );
+    // --check-config shows them, and refuses as the start would.
+    let out = util::run(
+        util::pghotd()
+            .args(["--check-config", "--source", "trace:-"])
+            .arg("--sysfs-root")
+            .arg(&sysfs),
+        true,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("competing promoter: DAMON kdamond 0 runs a migrate_hot"),
+        "{text}"
+    );
+    util::run_code(
+        util::pghotd()
+            .args([
+                "--check-config",
+                "--source",
+                "trace:-",
+                "--conflicts",
+                "refuse",
+            ])
+            .arg("--sysfs-root")
+            .arg(&sysfs),
+        3,
+    );
 }
 
 #[test]

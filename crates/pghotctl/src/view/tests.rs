@@ -64,6 +64,7 @@ fn snapshot(uptime_s: f64, total: u64, dropped: u64, bytes0: u64, samples: [u64;
         pids_omitted: 0,
         ranges: None,
         admission: None,
+        conflicts: Vec::new(),
     }
 }
 
