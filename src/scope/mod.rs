@@ -264,10 +264,16 @@ impl ScopeTracker {
 
     /// Re-reads the selection and publishes it.
     pub fn refresh(&mut self) -> Result<Refresh, ScopeError> {
-        let listed = self.proc.pids().map_err(|source| ScopeError::ListProc {
-            path: self.proc.root().to_path_buf(),
-            source,
-        })?;
+        let listed = if self.only_explicit_pids() {
+            // Only these can be chosen: reading every process's stat each refresh cost
+            // pghotd most of its idle CPU on a busy machine (tests/vm/README.md, "idle cost").
+            self.selector.pids.clone()
+        } else {
+            self.proc.pids().map_err(|source| ScopeError::ListProc {
+                path: self.proc.root().to_path_buf(),
+                source,
+            })?
+        };
         let self_pid = self.scope.self_pid;
         let live: HashMap<u32, Identity> = listed
             .into_iter()
@@ -343,6 +349,15 @@ impl ScopeTracker {
     }
 
     /// `pids` as given: the process first seen with each number, until it exits.
+    /// The selection is `pids` alone, read in pghotd's own pid namespace: the other processes
+    /// need not be looked at.
+    fn only_explicit_pids(&self) -> bool {
+        !self.selector.pids.is_empty()
+            && self.selector.cgroups.is_empty()
+            && self.namespace.is_none()
+            && self.scope.members.is_some()
+    }
+
     fn explicit_pids(
         &mut self,
         live: &HashMap<u32, Identity>,

@@ -154,6 +154,8 @@ struct Figures {
     kernel_half: u64,
     attributed: u64,
     unattributed: u64,
+    /// Records of the relay's own accesses, not passed on.
+    own: u64,
     lines: u64,
     pipe_opens: u64,
     batches: u64,
@@ -172,11 +174,12 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} lines={} pipe_opens={} pagemap_reads={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
             self.unattributed,
+            self.own,
             self.lines,
             self.pipe_opens,
             attributor.reads,
@@ -249,6 +252,7 @@ pub fn relay(out: &str, period: u64, stats: &str) -> Res<()> {
     let mut chunk = vec![0u8; 1 << 16];
     let mut lines: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut stats_at = Instant::now();
+    let own_pid = std::process::id();
     loop {
         let n = samples
             .read(&mut chunk)
@@ -268,6 +272,10 @@ pub fn relay(out: &str, period: u64, stats: &str) -> Res<()> {
                 return;
             }
             match attributor.pid_of(&r) {
+                // The relay is part of the emulated hardware: a real machine has no such
+                // process, so its own accesses are not samples (fed to pghotd they would
+                // feed back: more samples, more relay work, more samples).
+                Some(pid) if pid == own_pid => fig.own += 1,
                 Some(pid) => {
                     fig.attributed += 1;
                     *fig.by_pid.entry(pid).or_default() += 1;
