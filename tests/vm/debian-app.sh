@@ -145,10 +145,12 @@ promoter_start() {
 		# The plugin's samples reach pghotd as a real IBS sampler's would, with the pid of the
 		# process whose page it was: the relay reads them from the samples port and writes
 		# pghot-trace lines into a FIFO that the service's trace: source reads.
+		# pghotd opens the FIFO without waiting for a writer; the relay leaves out pghotd's own
+		# samples (see relay.rs: under TCG they would swamp the program's).
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
-		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" > "$work/relay.out" 2>&1 &
-		relay_pid=$!
 		pghotd_start "\"trace:$fifo\""
+		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" "$promoter_pid" > "$work/relay.out" 2>&1 &
+		relay_pid=$!
 		;;
 	*) err "unknown scenario $scenario" ;;
 	esac

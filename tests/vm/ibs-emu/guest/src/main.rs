@@ -5,7 +5,7 @@
 //! ```text
 //! pgibs-guest ctl COMMAND...        send each command, print each text answer line
 //! pgibs-guest check [--period N] -- WORKLOAD-ARGV...
-//! pgibs-guest relay FIFO PERIOD STATS-FILE   samples -> pghot-trace lines with their pid
+//! pgibs-guest relay FIFO PERIOD STATS-FILE [EXCLUDE-PID...]   samples -> pghot-trace lines
 //! pgibs-guest snap PID FILE         PID's present pages and frames (for truth)
 //! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
 //! ```
@@ -557,16 +557,21 @@ fn main() -> ExitCode {
                 check(period, rest)
             }
         }
-        Some("relay") if args.len() == 4 => match args[2].parse() {
-            Ok(period) if period >= 1 => relay::relay(&args[1], period, &args[3]),
-            _ => Err(format!("relay: bad period {}", args[2])),
-        },
+        Some("relay") if args.len() >= 4 => {
+            let exclude: Result<Vec<u32>, _> = args[4..].iter().map(|p| p.parse()).collect();
+            match (args[2].parse(), exclude) {
+                (Ok(period), Ok(exclude)) if period >= 1 => {
+                    relay::relay(&args[1], period, &args[3], &exclude)
+                }
+                _ => Err(format!("relay: bad period {} or pid in {:?}", args[2], &args[4..])),
+            }
+        }
         Some("snap") if args.len() == 3 => match args[1].parse() {
             Ok(pid) => truth::write_snapshot(pid, &args[2]).map(|n| println!("PGIBS-SNAP pid={pid} pages={n}")),
             Err(_) => Err(format!("snap: bad pid {}", args[1])),
         },
         Some("truth") if args.len() >= 2 => truth::report(&args[1..]),
-        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS | snap PID FILE | truth SNAP...".into()),
+        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [EXCLUDE-PID...] | snap PID FILE | truth SNAP...".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
