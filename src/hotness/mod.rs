@@ -330,10 +330,28 @@ impl HotTable {
 
     /// Visits every tracked page with its decayed heat at the table's clock, one shard locked
     /// at a time (for the control plane's per-process views; never called per sample).
-    pub fn for_each_page(&self, mut f: impl FnMut(&Entry, f64)) {
+    pub fn for_each_page(&self, f: impl FnMut(&Entry, f64)) {
+        self.for_each_page_in(0..self.shards.len(), f);
+    }
+
+    /// Shards of the table: [`for_each_page_in`](Self::for_each_page_in) visits a range of
+    /// them, so a periodic scan can cover the table in slices.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Slots per shard (occupied or not): what a scan of one shard reads.
+    pub fn slots_per_shard(&self) -> usize {
+        self.max_tracked_pages.div_ceil(self.shards.len())
+    }
+
+    /// Every tracked page of the shards in `shards` (clamped to the table), with its decayed
+    /// heat.
+    pub fn for_each_page_in(&self, shards: std::ops::Range<usize>, mut f: impl FnMut(&Entry, f64)) {
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = self.now_ms();
-        for shard in self.shards.iter() {
+        let end = shards.end.min(self.shards.len());
+        for shard in self.shards[shards.start.min(end)..end].iter() {
             let shard = shard.lock();
             for e in shard.iter() {
                 f(e, e.heat_at(now, halflife));

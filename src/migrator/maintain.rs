@@ -43,7 +43,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and
     /// tracks those found on a lower tier as lower-tier again (see [`audit`]).
     fn audit(&mut self) {
-        let keys = audit::pick(&self.table, &self.demotes_from, self.audit_pages);
+        let (shards, next) = audit::next_slice(&self.table, self.audit_cursor);
+        self.audit_cursor = next;
+        let keys = audit::pick_in(&self.table, shards, &self.demotes_from, self.audit_pages);
         let mut checked = 0;
         let mut moved_back = 0;
         for group in keys.chunk_by(|a, b| a.pid() == b.pid()) {

@@ -125,6 +125,8 @@ pub struct Migrator<M: Mover, C: Clock> {
     call_failures: u64,
     /// When the next audit of the pages believed fast is due (clock time).
     next_audit: Duration,
+    /// The first shard the next audit reads (see [`audit::next_slice`]).
+    audit_cursor: usize,
     /// Most pages one audit asks about.
     audit_pages: usize,
 }
@@ -165,6 +167,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             demoter,
             call_failures: 0,
             next_audit: Duration::ZERO,
+            audit_cursor: 0,
             audit_pages: audit::AUDIT_PAGES,
         }
     }
