@@ -134,11 +134,13 @@ fn node_0_run_reports_a_fast_hot_set_and_emits_its_samples() {
     assert!(accesses > 100_000, "{accesses}");
     assert!(r["ns_per_access"].as_f64().unwrap() > 0.0);
     // Two busy workers: the kernel's run and runqueue time fit in their 2 x duration of wall
-    // time (blocked is the rest), and a spinning worker mostly runs.
+    // time (blocked is the rest), and a spinning worker is runnable almost all the time:
+    // running, or waiting for a CPU on a busy machine (seen in CI beside a QEMU guest: run
+    // 0.38 s, runqueue 1.64 s, blocked 0.056 s), seldom blocked.
     let w = &r["workers"];
     let part = |k: &str| w[k].as_f64().unwrap_or_else(|| panic!("workers.{k}: {r}"));
     let (run, queue, blocked) = (part("run_s"), part("runqueue_s"), part("blocked_s"));
-    assert!(run > 0.5 * duration, "{w}");
+    assert!(run > 0.0 && blocked < 0.25 * 2.0 * duration, "{w}");
     assert!(queue >= 0.0 && blocked >= 0.0, "{w}");
     assert!(
         run + queue <= 2.0 * duration * 1.05,
