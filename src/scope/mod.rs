@@ -265,8 +265,8 @@ impl ScopeTracker {
     /// Re-reads the selection and publishes it.
     pub fn refresh(&mut self) -> Result<Refresh, ScopeError> {
         let listed = if self.only_explicit_pids() {
-            // Only these can be chosen: reading every process's stat each refresh cost
-            // pghotd most of its idle CPU on a busy machine (tests/vm/README.md, "idle cost").
+            // Only these can be chosen: reading every process's stat each refresh is work in
+            // proportion to the machine, not to the selection.
             self.selector.pids.clone()
         } else {
             self.proc.pids().map_err(|source| ScopeError::ListProc {

@@ -20,11 +20,13 @@ export LC_ALL=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 scenario=$1
 work=/run/pghot-rig
 mkdir -p "$work"
-errors=0
+# Errors go to a file as well as the console: err also runs inside $(...) (a round), where
+# neither a counter nor stdout would reach the result.
+: > "$work/errors"
 info() { echo "rig: $*"; }
 err() {
-	echo "PGHOT-RIG-ERROR $*"
-	errors=$((errors + 1))
+	echo "PGHOT-RIG-ERROR $*" >&2
+	echo "$*" >> "$work/errors"
 }
 now() { cut -d' ' -f1 /proc/uptime; }
 vm() { awk -v n="$1" '$1 == n { print $2 }' /proc/vmstat; }
@@ -241,4 +243,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${truth:-null}" "$relay" "$errors")"
+	"${relay_cpu:-null}" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"

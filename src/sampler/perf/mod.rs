@@ -512,8 +512,10 @@ impl<'a> CpuReader<'a> {
                     .plan
                     .decoder
                     .decode(&rec, slot, &mut sample, &mut notes);
-                for note in notes.iter() {
-                    sink.count(note.counter(), 1);
+                if !notes.is_empty() {
+                    for note in notes.iter() {
+                        sink.count(note.counter(), 1);
+                    }
                 }
                 match decoded {
                     Ok(()) => {

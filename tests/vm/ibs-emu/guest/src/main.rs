@@ -23,7 +23,6 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::FileExt;
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +32,7 @@ use std::time::{Duration, Instant};
 use pghot_workload::Pattern;
 use pghot_workload::pattern::{PAGE_SIZE, Plan};
 
+mod pagemap;
 mod records;
 mod relay;
 mod truth;
@@ -279,17 +279,7 @@ fn parse_start(line: &str) -> Res<Start> {
 fn pagemap(pid: u32, lo: u64, hi: u64) -> Res<Vec<Option<u64>>> {
     let path = format!("/proc/{pid}/pagemap");
     let f = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-    let pages = ((hi - lo) / PAGE_SIZE as u64) as usize;
-    let mut raw = vec![0u8; pages * 8];
-    f.read_exact_at(&mut raw, lo / PAGE_SIZE as u64 * 8)
-        .map_err(|e| format!("{path}: {e}"))?;
-    Ok(raw
-        .chunks_exact(8)
-        .map(|c| {
-            let e = u64::from_le_bytes(c.try_into().unwrap());
-            (e >> 63 == 1).then_some(e & ((1 << 55) - 1))
-        })
-        .collect())
+    pagemap::frames(&f, lo, hi).map_err(|e| format!("{path}: {e}"))
 }
 
 /// The frames of every other mapping of `pid` (stack, heap, binary, libraries): pages of the

@@ -31,7 +31,6 @@ const RESCAN: Duration = Duration::from_millis(500);
 const GATHER: Duration = Duration::from_millis(4);
 /// How often the figures are written to the stats file.
 const STATS_EVERY: Duration = Duration::from_secs(1);
-const PFN_MASK: u64 = (1 << 55) - 1;
 /// The lower canonical half: user space (the plugin's own test for user mode).
 const USER_TOP: u64 = 0x0000_8000_0000_0000;
 
@@ -66,8 +65,7 @@ fn frame(pagemap: &File, vaddr: u64) -> std::io::Result<Option<u64>> {
     if n != 8 {
         return Err(ErrorKind::UnexpectedEof.into());
     }
-    let e = u64::from_le_bytes(e);
-    Ok((e >> 63 == 1).then_some(e & PFN_MASK))
+    Ok(crate::pagemap::frame(u64::from_le_bytes(e)))
 }
 
 impl Attributor {
@@ -236,10 +234,11 @@ fn open_out(out: &str, period: u64) -> Res<File> {
     Ok(f)
 }
 
-/// `exclude`: pids whose samples are dropped like the relay's own. Under TCG a process runs
-/// about 150 times slower than on the host (pghotd's trace path: 1.4 ms a line in the guest, 9
-/// us natively), so a promoter's own share of the guest's memory operations, and so of the
-/// samples, is far larger than on hardware, and each of its own samples makes more work for it.
+/// `exclude`: pids whose samples are dropped like the relay's own. Under TCG and the rig's time
+/// dilation a promoter costs the guest far more than it costs hardware (BENCHMARKS.md, "Redis
+/// on the Debian guest: six promoters"), so its own share of the guest's memory operations, and
+/// so of the samples, is far larger too, and each of its own samples makes more work for it (in
+/// one Redis phase, 60 of 87 thousand samples were pghotd's own).
 pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
     let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
     let path = port("pghot.samples")?;

@@ -15,7 +15,6 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 
 use pghotd::topology::{SysfsRoot, Topology};
 
@@ -52,19 +51,13 @@ pub fn snapshot(pid: u32) -> Res<Vec<(u64, u64)>> {
     let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap"))
         .map_err(|e| format!("/proc/{pid}/pagemap: {e}"))?;
     let mut out = Vec::new();
-    let mut raw = Vec::new();
     for (lo, hi) in user_mappings(pid, MAX_MAPPING)? {
-        let pages = ((hi - lo) >> 12) as usize;
-        raw.resize(pages * 8, 0);
-        if pagemap.read_exact_at(&mut raw, (lo >> 12) * 8).is_err() {
+        // A mapping that went away meanwhile reads short: skip it.
+        let Ok(frames) = crate::pagemap::frames(&pagemap, lo, hi) else {
             continue;
-        }
-        for (i, e) in raw.chunks_exact(8).enumerate() {
-            let e = u64::from_le_bytes(e.try_into().unwrap());
-            if e >> 63 == 1 {
-                out.push(((lo >> 12) + i as u64, e & ((1 << 55) - 1)));
-            }
-        }
+        };
+        let pages = frames.into_iter().enumerate();
+        out.extend(pages.filter_map(|(i, f)| Some(((lo >> 12) + i as u64, f?))));
     }
     Ok(out)
 }
