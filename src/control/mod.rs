@@ -42,8 +42,6 @@ use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-
 use crate::stop::StopToken;
 
 /// A listener thread with its own stop token: `pghot-ctl` and `pghot-metrics`.
@@ -72,7 +70,7 @@ impl ServiceThread {
         })
     }
 
-    /// Stops the thread; it sees the token within [`wait_readable`]'s 100 ms.
+    /// Stops the thread; the token wakes it from [`wait_readable`].
     pub(crate) fn shutdown(mut self) {
         self.stop.stop();
         if let Some(t) = self.thread.take()
@@ -83,17 +81,9 @@ impl ServiceThread {
     }
 }
 
-/// Waits until `fd` is readable (true) or `stop` is raised (false), in 100 ms slices.
+/// Waits until `fd` is readable (true) or `stop` is raised (false).
 pub(crate) fn wait_readable(fd: BorrowedFd<'_>, stop: &StopToken) -> Result<bool, nix::Error> {
-    while !stop.is_stopped() {
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::from(100u8)) {
-            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-            Ok(_) => return Ok(true),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
+    Ok(crate::stop::wait_fd(fd, stop, None)? == crate::stop::Woken::Ready)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -23,8 +23,20 @@ use std::time::Duration;
 use crate::hotness::{HotTable, PageKey};
 use crate::topology::NodeId;
 
-/// How often a migrator audits.
+/// How often a migrator audits, at most.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(1);
+
+/// The share of one core the audit may take, in percent: after an audit that took `t`, the next
+/// waits at least `t * 100 / AUDIT_CPU_PCT`. Natively an audit of one slice takes well under a
+/// millisecond and [`AUDIT_EVERY`] decides; where memory is slow (the Debian rig's TCG guest
+/// with its modelled memory latency, where one slice took a quarter of a second) the audit
+/// backs off instead of taking a quarter of a vCPU.
+pub const AUDIT_CPU_PCT: u32 = 1;
+
+/// How long to wait after an audit that took `took` before the next.
+pub fn pause_after(took: Duration) -> Duration {
+    AUDIT_EVERY.max(took * (100 / AUDIT_CPU_PCT))
+}
 
 /// Most pages one audit asks about: the hottest, since those are the ones worth promoting
 /// again; a cold page the kernel demoted is where it belongs.
@@ -99,6 +111,24 @@ mod tests {
     use super::*;
     use crate::hotness::{Access, HotnessConfig};
     use crate::sample::AccessOp;
+
+    #[test]
+    fn a_slow_audit_waits_a_hundred_times_its_length() {
+        // At 1 % of a core: 0.3 ms natively -> the 1 s floor; 250 ms (one slice in the TCG
+        // guest) -> 25 s; exactly 10 ms -> exactly the floor.
+        assert_eq!(
+            pause_after(Duration::from_micros(300)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            pause_after(Duration::from_millis(10)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            pause_after(Duration::from_millis(250)),
+            Duration::from_secs(25)
+        );
+    }
 
     /// A page sampled `times` times on lower-tier node 2, then believed on `node`.
     fn page(table: &HotTable, pid: u32, page: u64, node: NodeId, times: u32) {

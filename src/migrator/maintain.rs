@@ -15,8 +15,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         self.heat_cut.decay();
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
+            let started = self.clock.now();
             self.audit();
-            self.next_audit = self.clock.now() + audit::AUDIT_EVERY;
+            let took = self.clock.now().saturating_sub(started);
+            self.next_audit = self.clock.now() + audit::pause_after(took);
         }
         if !self.config.demote || self.config.dry_run {
             return;

@@ -23,13 +23,11 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-
 use super::{Source, SourceError};
 use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
 use crate::sampler::SinkFactory;
 use crate::stats::Counter;
-use crate::stop::StopToken;
+use crate::stop::{StopToken, Woken, wait_fd};
 use crate::topology::NodeId;
 
 /// Header line the writer puts first; readers treat it as a comment.
@@ -321,8 +319,8 @@ impl LineBuf {
     }
 }
 
-/// A `Read` that waits with poll(2) in short slices so a stop request is seen within 100 ms,
-/// even on a FIFO or stdin with no data. Regular files are always readable and never wait.
+/// A `Read` that waits with poll(2) for data or a stop request, even on a FIFO or stdin with no
+/// data. Regular files are always readable and never wait.
 struct StoppableReader {
     file: File,
     stop: StopToken,
@@ -343,23 +341,14 @@ impl std::error::Error for Stopped {}
 impl Read for StoppableReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.stop.is_stopped() {
-                return Err(io::Error::other(Stopped));
-            }
-            let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(100u8)) {
-                Ok(0) => continue,
+            match wait_fd(self.file.as_fd(), &self.stop, None) {
+                Ok(Woken::Stopped) => return Err(io::Error::other(Stopped)),
                 Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(e.into()),
-            }
-            let ready = fds[0].revents().unwrap_or(PollFlags::empty());
-            if ready.is_empty() {
-                continue;
             }
             // The fd is readable or hung up, so this read does not block: it returns data, or
             // 0 once every writer has closed (POLLHUP is only raised after a writer has been
-            // and gone, so a FIFO waiting for its first writer keeps us polling).
+            // and gone, so a FIFO waiting for its first writer keeps us waiting).
             match self.file.read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 other => return other,

@@ -102,7 +102,7 @@ app_round() {
 	redis)
 		# GETs over the first RIG_HOT_KEYS key numbers: a subset inserted in random order, so
 		# its values lie scattered through the heap.
-		redis-benchmark --csv -t get -n "$RIG_ROUND_OPS" -r "$RIG_HOT_KEYS" -d "$RIG_VALUE_B" -c 4 2> /dev/null |
+		redis-benchmark --csv -t get -n "$RIG_ROUND_OPS" -r "$RIG_HOT_KEYS" -d "$RIG_VALUE_B" -c 4 -P "$RIG_PIPELINE" 2> /dev/null |
 			awk -F'"' '$2 == "GET" { print $4, $10, $14 }'
 		;;
 	memcached)
@@ -163,6 +163,14 @@ promoter_cpu() {
 	damon) cpu_s "$promoter_pid" ;;
 	esac
 }
+# thread_cpu PID: "comm:seconds,..." of PID's threads (utime + stime, USER_HZ 100), busiest
+# first: where a promoter's CPU goes.
+thread_cpu() {
+	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
+	for t in /proc/"$1"/task/*; do
+		awk '{ sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); printf "%s %.2f\n", c, ($12 + $13) / 100 }' "$t/stat" 2> /dev/null
+	done | awk '{ s[$1] += $2 } END { for (k in s) printf "%s:%.2f\n", k, s[k] }' | sort -t: -k2 -rn | paste -sd, -
+}
 promoter_stop() {
 	case $scenario in
 	numab2) sysctl -q kernel.numa_balancing=0 ;;
@@ -214,6 +222,12 @@ done
 t1=$(now)
 counts=$(ctl STATS)
 cpu=$(promoter_cpu)
+threads=$(thread_cpu "$promoter_pid")
+info "promoter threads (CPU s): ${threads:-none}"
+case $scenario in
+# pghotd's own account (every non-zero counter), for reading the figures against.
+pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
+esac
 relay_cpu=
 [ -z "$relay_pid" ] || relay_cpu=$(cpu_s "$relay_pid")
 truth=$(/opt/pghot-rig/pgibs-guest truth "${snaps[@]}" | sed -n 's/^PGIBS-GROUND //p')
@@ -232,7 +246,7 @@ delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 =
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"promoter_threads_cpu_s":"%s","truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -243,4 +257,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${threads:-}" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"

@@ -50,6 +50,12 @@ Options:
   --slow-ns N, --fast-ns N   --app: the spins themselves, overriding --dilation
   --rounds N            --app: rounds of the measured phase (default 6)
   --round-ops N         --app: requests per round (default 20000)
+  --hot-keys N          --app redis|memcached: the measured phase's GETs go to key numbers
+                        below N (default 2048; the load writes 262144 random key numbers, of
+                        which about 63 % distinct, values of 1 KiB scattered through the heap)
+  --pipeline N          --app redis: GETs in flight per connection (redis-benchmark -P,
+                        default 16): with fewer system calls per GET, more of Redis's time is
+                        memory, as on a busy server
   --period N            --app: the plugin's IBS op sampling period, user-mode memory
                         operations per sample per vCPU (default 2000)
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
@@ -81,6 +87,8 @@ rounds=6
 round_ops=20000
 period=2000
 cache_kb=1024
+hot_keys=2048
+pipeline=16
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -102,6 +110,8 @@ while [ $# -gt 0 ]; do
 	--round-ops) need_arg "$@"; round_ops=$2; shift ;;
 	--period) need_arg "$@"; period=$2; shift ;;
 	--cache-kb) need_arg "$@"; cache_kb=$2; shift ;;
+	--hot-keys) need_arg "$@"; hot_keys=$2; shift ;;
+	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -132,9 +142,10 @@ fi
 [[ $dilation =~ ^[0-9]+$ ]] || { log "--dilation must be a whole number"; usage; }
 slow_ns=${slow_ns:-$((320 * dilation))}
 fast_ns=${fast_ns:-$((143 * dilation))}
-for v in slow_ns fast_ns rounds round_ops period cache_kb; do
+for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
+[ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
 command -v jq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2 || die "jq is needed"
@@ -232,7 +243,8 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	# over the first 16 Ki.
 	echo "RIG_KEYS=262144"
 	echo "RIG_VALUE_B=1024"
-	echo "RIG_HOT_KEYS=16384"
+	echo "RIG_HOT_KEYS=$hot_keys"
+	echo "RIG_PIPELINE=$pipeline"
 	echo "RIG_ROUNDS=$rounds"
 	echo "RIG_ROUND_OPS=$round_ops"
 	echo "RIG_NODE=2"

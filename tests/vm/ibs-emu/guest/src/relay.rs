@@ -50,9 +50,15 @@ struct Attributor {
     /// Frames no process mapped at that address since the last rescan (an exited process,
     /// a page being migrated): not looked up again until the next rescan.
     nobody: std::collections::HashSet<u64>,
-    /// (virtual page, frame) -> pid found since the last rescan: a hot page is sampled again
-    /// and again, and each pagemap read is a system call (tens of microseconds under TCG).
+    /// (virtual page, frame) -> pid: a hot page is sampled again and again, and each pagemap
+    /// read is a system call (tens of microseconds under TCG). Kept across rescans, less the
+    /// processes that exited: a moved page has a new frame, so a new key, and another process
+    /// mapping the same frame at the same address after it was freed is what the rescan's
+    /// pruning leaves to chance.
     known: HashMap<(u64, u64), u32>,
+    /// Pids with no executable (kernel threads), not looked at again while they exist (a pid
+    /// reused between two rescans would be missed: with pid_max in the millions, rare).
+    not_user: std::collections::HashSet<u32>,
     /// pagemap reads, for the cost figure.
     reads: u64,
 }
@@ -76,6 +82,7 @@ impl Attributor {
             last: HashMap::new(),
             nobody: std::collections::HashSet::new(),
             known: HashMap::new(),
+            not_user: std::collections::HashSet::new(),
             reads: 0,
         }
     }
@@ -91,10 +98,16 @@ impl Attributor {
             .collect();
         pids.sort_unstable();
         let mut old: HashMap<u32, Proc> = self.procs.drain(..).map(|p| (p.pid, p)).collect();
+        let live: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        self.not_user.retain(|pid| live.contains(pid));
         for pid in pids {
             let proc = match old.remove(&pid) {
                 Some(p) => p,
-                None if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() => continue,
+                None if self.not_user.contains(&pid) => continue,
+                None if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() => {
+                    self.not_user.insert(pid);
+                    continue;
+                }
                 None => match File::open(format!("/proc/{pid}/pagemap")) {
                     Ok(pagemap) => Proc {
                         pid,
@@ -110,7 +123,7 @@ impl Attributor {
         self.procs.sort_by_key(|p| std::cmp::Reverse(p.hits));
         self.last.clear();
         self.nobody.clear();
-        self.known.clear();
+        self.known.retain(|_, pid| live.contains(pid));
         self.scanned = Some(Instant::now());
     }
 
