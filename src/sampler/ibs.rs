@@ -26,6 +26,8 @@ mod effective;
 mod regs;
 #[cfg(test)]
 mod testraw;
+#[cfg(test)]
+mod vectors;
 
 pub use caps::{CpuModel, IbsCaps};
 pub use classify::{IbsInput, classify};
