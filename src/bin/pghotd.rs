@@ -176,16 +176,21 @@ fn check_config(config: &Config) -> ExitCode {
         return ExitCode::from(exit_code(&e));
     }
     let open_ctx = config.open_context();
+    let mut opened = Vec::new();
     for spec in &config.sources {
-        if let Err(e) = spec.open(&open_ctx) {
-            logging::fatal(&e);
-            return ExitCode::from(if e.is_unsupported() {
-                EXIT_UNSUPPORTED
-            } else {
-                EXIT_CONFIG
-            });
+        match spec.open(&open_ctx) {
+            Ok(source) => opened.push(source),
+            Err(e) => {
+                logging::fatal(&e);
+                return ExitCode::from(if e.is_unsupported() {
+                    EXIT_UNSUPPORTED
+                } else {
+                    EXIT_CONFIG
+                });
+            }
         }
     }
+    let overrides = effective_overrides(&opened, &open_ctx);
     println!("config ok");
     match &config.loaded_from {
         Some(p) => println!("  file: {}", p.display()),
@@ -200,6 +205,9 @@ fn check_config(config: &Config) -> ExitCode {
             sources.join(", ")
         }
     );
+    for source in &opened {
+        println!("  opened: {}", source.describe());
+    }
     println!("  topology: {}", topology.summary());
     if conflicts.is_empty() {
         println!("  competing promoters: none found");
@@ -216,6 +224,31 @@ fn check_config(config: &Config) -> ExitCode {
             },
             value => println!("  {key} = {value}"),
         }
+        if let Some((_, note)) = overrides.iter().find(|(k, _)| *k == key) {
+            println!("    ({note})");
+        }
     }
     ExitCode::SUCCESS
+}
+
+/// Settings the kernel will not apply as written, for the sources that were opened: (key, what
+/// takes effect instead). Today `ibs.l3miss_only`, which ibs.ldlat overrides on Linux 6.15+.
+fn effective_overrides(
+    opened: &[Box<dyn pghotd::sampler::Source>],
+    ctx: &pghotd::sampler::OpenContext,
+) -> Vec<(&'static str, String)> {
+    use pghotd::sample::SourceKind;
+    if !opened.iter().any(|s| s.kind() == SourceKind::Ibs) {
+        return Vec::new();
+    }
+    let root = pghotd::topology::SysfsRoot::new(&ctx.sysfs_root);
+    // The source opened with these settings a moment ago, so this only fails if sysfs changed.
+    match pghotd::sampler::hwplan::ibs_config(&root, &ctx.ibs) {
+        Ok((_, effective)) => effective
+            .l3miss_override()
+            .map(|note| ("ibs.l3miss_only", note))
+            .into_iter()
+            .collect(),
+        Err(_) => Vec::new(),
+    }
 }

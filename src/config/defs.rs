@@ -217,11 +217,16 @@ pub static SETTINGS: &[Setting] = &[
     Setting::int("ibs.ldlat", 128, 2048, field!(ibs.ldlat))
         .flag("ibs-ldlat", "CYCLES")
         .help(
-            "IBS: load-latency threshold in cycles, {range} (Zen5, Linux 6.15+) [default: \
+            "IBS: load-latency threshold in cycles, {range} (Zen5, Linux 6.15+); stores are \
+             then not sampled, and Linux 6.15 to 7.0 also turn on l3miss_only [default: \
              {default}]",
         )
         .default_is("off")
-        .doc("load-latency threshold in cycles (Zen5 and Linux 6.15+)"),
+        .doc(
+            "load-latency threshold in cycles (Zen5 and Linux 6.15+); the kernel then samples \
+             only loads that missed the data cache, never stores, and Linux 6.15 to 7.0 (7.1+: \
+             Zen5 only) force `l3miss_only` on",
+        ),
     Setting::bool("ibs.user_only", field!(ibs.user_only))
         .flag("ibs-user-only", "BOOL")
         .help("IBS: user-space samples only [default: {default}]")

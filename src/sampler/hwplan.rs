@@ -10,7 +10,9 @@ use perf_event_open_sys::bindings as b;
 
 use super::SourceError;
 use super::hwsample::{HwSample, Notes, SampleFields};
-use super::ibs::{CpuModel, IbsCaps, IbsConfig, IbsEventConfig, IbsInput};
+use super::ibs::{
+    CpuModel, IbsCaps, IbsConfig, IbsEffective, IbsEventConfig, IbsInput, host_kernel,
+};
 use super::pebs::{PebsConfig, PebsEventConfig, PebsRole};
 use super::perf::record::{SampleFormat, SampleRecord};
 use super::perf::{EventClass, EventSpec, Group, PerfPlan, SampleDecoder};
@@ -59,10 +61,7 @@ fn apply(hw: HwSample, out: &mut Sample) {
 /// The IBS op plan: one `ibs_op` event per CPU, with the RAW MSR dump so that load/store,
 /// L2-miss, latency and validity bits are read the same way on every kernel.
 pub fn ibs_plan(root: &SysfsRoot, t: &IbsConfig) -> Result<(PerfPlan, String), SourceError> {
-    let pmu = Pmu::open(root, "ibs_op")?;
-    // The PMU exists, so the CPU has IBS; CPUID says which extensions (else the baseline).
-    let caps = IbsCaps::host().unwrap_or(IbsCaps::DEFAULT);
-    let config = IbsEventConfig::build(&pmu, caps, t)?;
+    let (config, effective) = ibs_config(root, t)?;
     if config.period_rounded() {
         tracing::warn!(
             "ibs.period {} is not a multiple of 16; using {}",
@@ -70,18 +69,11 @@ pub fn ibs_plan(root: &SysfsRoot, t: &IbsConfig) -> Result<(PerfPlan, String), S
             config.period
         );
     }
-    let describe = format!(
-        "ibs (ibs_op type {}, period {}, config {:#x}, {} filters kernel samples)",
-        config.pmu_type,
-        config.period,
-        config.words.config,
-        if config.exclude_kernel() {
-            "the kernel"
-        } else {
-            "pghotd"
-        }
-    );
-    let mut plan = ibs_decoding_plan(CpuModel::host());
+    for warning in effective.warnings() {
+        tracing::warn!("{warning}");
+    }
+    let describe = ibs_describe(&config, &effective);
+    let mut plan = ibs_decoding_plan(effective.cpu);
     plan.classes = vec![EventClass {
         cpus: None,
         events: vec![EventSpec {
@@ -98,6 +90,34 @@ pub fn ibs_plan(root: &SysfsRoot, t: &IbsConfig) -> Result<(PerfPlan, String), S
         }],
     }];
     Ok((plan, describe))
+}
+
+/// The ibs_op event pghotd opens for these settings, and what the running kernel will make of
+/// it on this CPU (`--check-config` shows the latter too).
+pub fn ibs_config(
+    root: &SysfsRoot,
+    t: &IbsConfig,
+) -> Result<(IbsEventConfig, IbsEffective), SourceError> {
+    let pmu = Pmu::open(root, "ibs_op")?;
+    // The PMU exists, so the CPU has IBS; CPUID says which extensions (else the baseline).
+    let caps = IbsCaps::host().unwrap_or(IbsCaps::DEFAULT);
+    let config = IbsEventConfig::build(&pmu, caps, t)?;
+    let effective = config.effective(host_kernel(), CpuModel::host());
+    Ok((config, effective))
+}
+
+fn ibs_describe(config: &IbsEventConfig, effective: &IbsEffective) -> String {
+    format!(
+        "ibs (ibs_op type {}, period {}, config {:#x}, {} filters kernel samples; {effective})",
+        config.pmu_type,
+        config.period,
+        config.words.config,
+        if config.exclude_kernel() {
+            "the kernel"
+        } else {
+            "pghotd"
+        }
+    )
 }
 
 /// The IBS record format and decoder without events to open: what reads rings of IBS records
@@ -293,6 +313,43 @@ mod tests {
         assert_eq!((s.latency, s.source), (Some(420), SourceKind::Ibs));
         assert_eq!(got.count_of(Counter::HwhintKernelMode), 1);
         assert_eq!(got.count_of(Counter::HwhintL1Hits), 1);
+    }
+
+    #[test]
+    fn the_ibs_description_carries_what_the_kernel_makes_of_ldlat() {
+        use crate::sampler::ibs::parse_release;
+        use crate::sampler::pmu::fixture::{IBS_OP_FULL, root_with};
+        let (_tmp, root) = root_with(&[("ibs_op", IBS_OP_FULL)]);
+        let t = IbsConfig {
+            l3miss_only: Some(false),
+            ldlat: Some(256),
+            ..IbsConfig::default()
+        };
+        // The host part runs (this VM has no IBS: the baseline caps), whatever the host is.
+        let (config, _) = ibs_config(&root, &t).unwrap();
+        assert_eq!(
+            config.words.config & 1 << 16,
+            0,
+            "pghotd leaves l3missonly off"
+        );
+        let zen6 = CpuModel {
+            family: 0x1a,
+            model: 0x50,
+        };
+        let forced = config.effective(parse_release("6.17.1"), zen6);
+        let text = ibs_describe(&config, &forced);
+        assert!(
+            text.ends_with(
+                "; l3missonly on (forced by the kernel with ldlat), ldlat 256 cycles: \
+                 data-cache-missing loads over 256 cycles only, stores are not sampled)"
+            ),
+            "{text}"
+        );
+        let kept = config.effective(parse_release("7.1.0"), zen6);
+        assert!(
+            ibs_describe(&config, &kept).contains("; l3missonly off, ldlat 256"),
+            "{kept}"
+        );
     }
 
     #[test]

@@ -22,14 +22,20 @@ mod caps;
 mod classify;
 mod config;
 mod decode;
+mod effective;
 mod regs;
 #[cfg(test)]
 mod testraw;
+#[cfg(test)]
+mod vectors;
 
 pub use caps::{CpuModel, IbsCaps};
 pub use classify::{IbsInput, classify};
 pub use config::{IbsConfig, IbsEventConfig, IbsEventError, KernelFilter};
 pub use decode::decode_data_src;
+pub use effective::{
+    ForcedBy, IbsEffective, KernelVersion, L3MissOnly, host_kernel, parse_release,
+};
 pub use regs::{DcPageSize, IbsDataSrc, IbsOpRaw, OpCtl, OpData, OpData2, OpData3, RawError};
 
 /// Defines `const fn name(self) -> bool` accessors for single bits of a register newtype.

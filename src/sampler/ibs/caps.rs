@@ -158,6 +158,14 @@ impl CpuModel {
         self.family == 0x19 && self.model <= 0xf
     }
 
+    /// The kernel's `X86_FEATURE_ZEN5`: family 0x1A models 0x00-0x2F, 0x40-0x4F and 0x60-0x7F
+    /// (`bsp_init_amd()` in `arch/x86/kernel/cpu/amd.c`, after "x86/CPU/AMD: Add more models to
+    /// X86_FEATURE_ZEN5"; models 0x50-0x5F, 0x80-0xAF and 0xC0-0xCF are Zen6 there). Selects
+    /// erratum 1606, the ldlat filter's need of L3MissOnly (`perf_ibs_init()`, Linux 7.1+).
+    pub const fn is_zen5(self) -> bool {
+        self.family == 0x1a && matches!(self.model, 0x00..=0x2f | 0x40..=0x4f | 0x60..=0x7f)
+    }
+
     /// CacheHitSt is invalid on Fam19h models <= 0xF and 0x20..=0x5F
     /// (`perf_ibs_cache_hit_st_valid()` in `arch/x86/events/amd/ibs.c`).
     pub const fn cache_hit_st_valid(self) -> bool {
@@ -262,5 +270,22 @@ mod tests {
         assert!(!zen5.erratum_1293() && zen5.cache_hit_st_valid());
         assert!(!CpuModel::UNKNOWN.erratum_1293() && CpuModel::UNKNOWN.cache_hit_st_valid());
         let _ = CpuModel::host();
+    }
+
+    #[test]
+    fn zen5_is_the_kernels_model_list() {
+        let cpu = |family, model| CpuModel { family, model };
+        // Both ends of each range `bsp_init_amd()` lists, and models inside them.
+        for m in [
+            0x00, 0x02, 0x11, 0x24, 0x2f, 0x40, 0x44, 0x4f, 0x60, 0x70, 0x7f,
+        ] {
+            assert!(cpu(0x1a, m).is_zen5(), "1a/{m:#x}");
+        }
+        // Zen6 ranges and the gaps the kernel warns about; other families never.
+        for m in [0x30, 0x3f, 0x50, 0x5f, 0x80, 0xaf, 0xb0, 0xc0, 0xcf] {
+            assert!(!cpu(0x1a, m).is_zen5(), "1a/{m:#x}");
+        }
+        assert!(!cpu(0x19, 0x11).is_zen5() && !cpu(0x1b, 0x02).is_zen5());
+        assert!(!CpuModel::UNKNOWN.is_zen5());
     }
 }

@@ -5,7 +5,7 @@ use super::caps::CpuModel;
 use super::decode::{decode_data_src, effective_op_data2};
 use super::regs::IbsOpRaw;
 use crate::sample::{AccessOp, DataSource};
-use crate::sampler::datasrc::PerfMemDataSrc;
+use crate::sampler::datasrc::{PerfMemDataSrc, lvl, lvlnum};
 use crate::sampler::hwsample::{
     DecodeNote, DropReason, HwSample, LfbMeans, Notes, SampleFields, check_cache_hit,
     check_cpumode, check_data_addr, classify_decoded,
@@ -29,8 +29,7 @@ pub struct IbsInput<'a> {
 /// fields when the kernel decoded them, and is noted too.
 pub fn classify(input: &IbsInput, notes: &mut Notes) -> Result<HwSample, DropReason> {
     let Some(bytes) = input.raw else {
-        // Without RAW an IBS LFB is the "MAB" case: a miss past L2 (`perf_ibs_get_mem_lvl()`).
-        return classify_decoded(&input.sample, LfbMeans::MissInFlight, notes);
+        return classify_kernel_fields(&input.sample, notes);
     };
     match IbsOpRaw::parse(bytes) {
         Ok(raw) => {
@@ -42,13 +41,32 @@ pub fn classify(input: &IbsInput, notes: &mut Notes) -> Result<HwSample, DropRea
         }
         Err(_) if kernel_decoded(&input.sample) => {
             notes.add(DecodeNote::IbsRawFallbackDecoded);
-            classify_decoded(&input.sample, LfbMeans::MissInFlight, notes)
+            classify_kernel_fields(&input.sample, notes)
         }
         Err(_) => {
             check_cpumode(input.sample.misc)?;
             Err(DropReason::InvalidSample)
         }
     }
+}
+
+/// From the kernel's decoded fields alone. An IBS LFB is the "MAB" case there: a miss past L2
+/// (`perf_ibs_get_mem_lvl()`). WEIGHT is kept only where the RAW path keeps DcMissLat.
+fn classify_kernel_fields(f: &SampleFields, notes: &mut Notes) -> Result<HwSample, DropReason> {
+    let mut hw = classify_decoded(f, LfbMeans::MissInFlight, notes)?;
+    if !memory_latency(PerfMemDataSrc(f.data_src)) {
+        hw.latency = None;
+    }
+    Ok(hw)
+}
+
+/// DcMissLat is a memory latency only for a load the kernel places in a cache or memory. It
+/// reports it as WEIGHT for every load with DcMiss (`perf_ibs_parse_ld_st_data()`), IO and
+/// uncached ones included, although `perf_ibs_get_mem_lvl()` notes that DcMissLat is invalid
+/// for uncached accesses; an IO read's latency is no memory tier's either. Both paths leave
+/// those out, so a sample decodes the same from RAW and from the kernel's fields.
+fn memory_latency(src: PerfMemDataSrc) -> bool {
+    !matches!(src.lvl_num(), lvlnum::IO | lvlnum::UNC) && src.mem_lvl() & (lvl::IO | lvl::UNC) == 0
 }
 
 /// The kernel filled DATA_SRC for this op: v6.1+ sets `mem_op` to LOAD or STORE from
@@ -73,7 +91,8 @@ fn classify_raw(raw: &IbsOpRaw, phys_addr: u64, cpu: CpuModel) -> Result<HwSampl
     };
     // The kernel's own decode decides L1/L2 hits, so RAW and DATA_SRC agree (uncached
     // accesses and erratum #1293 included, `perf_ibs_get_mem_lvl()`).
-    check_cache_hit(decode_data_src(raw, cpu), LfbMeans::MissInFlight)?;
+    let src = decode_data_src(raw, cpu);
+    check_cache_hit(src, LfbMeans::MissInFlight)?;
     if !d3.dc_lin_addr_valid() {
         return Err(DropReason::InvalidAddr);
     }
@@ -83,7 +102,7 @@ fn classify_raw(raw: &IbsOpRaw, phys_addr: u64, cpu: CpuModel) -> Result<HwSampl
         paddr: raw_paddr(raw, phys_addr),
         op,
         served_from: served_from(raw, op, cpu),
-        latency: raw_latency(raw, op),
+        latency: raw_latency(raw, op).filter(|_| memory_latency(src)),
     })
 }
 
@@ -107,7 +126,8 @@ fn served_from(raw: &IbsOpRaw, op: AccessOp, cpu: CpuModel) -> DataSource {
     d2.data_src(raw.caps).data_source(d2.rmt_node())
 }
 
-/// DcMissLat, for loads that missed the data cache (what the kernel reports as WEIGHT).
+/// DcMissLat, for cacheable loads that missed the data cache (the kernel's WEIGHT, which it
+/// also fills for uncached ones: see [`memory_latency`]).
 fn raw_latency(raw: &IbsOpRaw, op: AccessOp) -> Option<u32> {
     let d3 = raw.op_data3;
     (op == AccessOp::Load && d3.dc_miss() && !d3.dc_uc_mem_acc())

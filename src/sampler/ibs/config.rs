@@ -2,7 +2,8 @@
 //! attributes and `perf_ibs_init()` of `arch/x86/events/amd/ibs.c`;
 //! `tools/perf/Documentation/perf-amd-ibs.txt`).
 
-use super::caps::IbsCaps;
+use super::caps::{CpuModel, IbsCaps};
+use super::effective::{IbsEffective, KernelVersion};
 use crate::sampler::pmu::{ConfigWords, Pmu, PmuError};
 
 /// What the operator may tune about IBS op sampling.
@@ -59,6 +60,10 @@ pub struct IbsEventConfig {
     /// What the tunables asked for; differs from `period` when it was rounded down.
     pub requested_period: u64,
     pub kernel_filter: KernelFilter,
+    /// pghotd sets `l3missonly` (the kernel may set it regardless: [`IbsEffective`]).
+    pub l3miss_only: bool,
+    /// The `ldlat` threshold pghotd sets, in cycles.
+    pub ldlat: Option<u32>,
 }
 
 /// Errors building the IBS configuration.
@@ -135,7 +140,8 @@ impl IbsEventConfig {
             }
             set("cnt_ctl", 1)?;
         }
-        if l3miss_wanted(pmu, t.l3miss_only)? {
+        let l3miss_only = l3miss_wanted(pmu, t.l3miss_only)?;
+        if l3miss_only {
             set("l3missonly", 1)?;
         }
         if let Some(ldlat) = t.ldlat {
@@ -155,12 +161,19 @@ impl IbsEventConfig {
             period: valid_period(pmu, caps, t.period)?,
             requested_period: t.period,
             kernel_filter,
+            l3miss_only,
+            ldlat: t.ldlat,
         })
     }
 
     /// `perf_event_attr.exclude_kernel` to open with.
     pub fn exclude_kernel(&self) -> bool {
         self.kernel_filter == KernelFilter::Kernel
+    }
+
+    /// What the kernel will program, given its release and the CPU (see [`IbsEffective`]).
+    pub fn effective(&self, kernel: Option<KernelVersion>, cpu: CpuModel) -> IbsEffective {
+        IbsEffective::new(self.l3miss_only, self.ldlat, kernel, cpu)
     }
 
     /// The period was rounded down to a multiple of 16 (worth a log line).
@@ -293,6 +306,23 @@ mod tests {
         assert_eq!((c.period, c.requested_period), (0x12340, 0x12345));
         assert!(c.period_rounded());
         assert_eq!(c.kernel_filter, KernelFilter::Pghotd);
+        // pghotd leaves l3missonly off, but the kernel is not asked what it does with ldlat.
+        assert_eq!((c.l3miss_only, c.ldlat), (false, Some(256)));
+        let zen5 = CpuModel {
+            family: 0x1a,
+            model: 0x44,
+        };
+        let on = |release: &str| {
+            let kernel = super::super::effective::parse_release(release);
+            c.effective(kernel, zen5).l3miss_only.is_on()
+        };
+        assert!(on("6.15.0") && on("7.1.0"));
+        let zen6 = CpuModel {
+            family: 0x1a,
+            model: 0x50,
+        };
+        let e = c.effective(super::super::effective::parse_release("7.1.0"), zen6);
+        assert!(!e.l3miss_only.is_on() && !e.stores_sampled());
     }
 
     #[test]
