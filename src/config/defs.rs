@@ -66,6 +66,18 @@ pub static SETTINGS: &[Setting] = &[
     )
     .doc("the count restarts when the previous sample is older than this")
     .runtime(),
+    Setting::int("window_samples", 0, 1 << 24, field!(policy.window_samples))
+        .flag("window-samples", "N")
+        .help(
+            "Widen promote_window_ms, when samples are sparse, to hold this many recorded samples; \
+             0 keeps it fixed [default: {default}]",
+        )
+        .doc(
+            "when samples are sparse, the window widens (up to 10 minutes) to hold this many \
+         recorded lower-tier samples, so a page qualifies by its share of the samples; 0 keeps \
+         pghot's fixed window",
+        )
+        .runtime(),
     Setting::int(
         "promote_rate_limit_MBps",
         1,

@@ -389,6 +389,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("target_nid", "null", Some((0, 1023))),
     ("freq_threshold", "2", Some((1, 65535))),
     ("promote_window_ms", "5000", Some((1, 3_600_000))),
+    ("window_samples", "16384", Some((0, 1 << 24))),
     ("promote_rate_limit_MBps", "65536", Some((1, 1 << 30))),
     ("promote_min_free_pct", "2", Some((0, 50))),
     ("migrate_interval_ms", "100", Some((1, 60_000))),
@@ -504,6 +505,7 @@ fn runtime_keys_are_the_documented_ones() {
             "promote_rate_limit_MBps",
             "promote_window_ms",
             "target_nid",
+            "window_samples",
         ]
     );
 }

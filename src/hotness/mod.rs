@@ -34,13 +34,14 @@
 
 pub mod candidate;
 pub mod entry;
+pub mod window;
 
 /// What one tracked page costs: a 24-byte [`Entry`] at the shards' 3/4 load limit.
 pub const BYTES_PER_TRACKED_PAGE: u64 = 32;
 mod prefetch;
 mod shard;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
@@ -58,6 +59,8 @@ use crate::topology::NodeId;
 pub struct HotnessConfig {
     pub freq_threshold: u16,
     pub promote_window_ms: u32,
+    /// The window also holds at least this many recorded samples (see [`window`]); 0: off.
+    pub window_samples: u32,
     pub heat_halflife_ms: u32,
 }
 
@@ -66,6 +69,7 @@ impl Default for HotnessConfig {
         HotnessConfig {
             freq_threshold: 2,
             promote_window_ms: 5000,
+            window_samples: 16384,
             heat_halflife_ms: 1000,
         }
     }
@@ -98,6 +102,11 @@ pub struct HotTable {
     max_tracked_pages: usize,
     freq_threshold: AtomicU32,
     promote_window_ms: AtomicU32,
+    window_samples: AtomicU32,
+    /// The window `record` applies: `promote_window_ms`, widened when samples are sparse.
+    effective_window_ms: AtomicU32,
+    /// The last measured rate of recorded samples per second (`f64` bits).
+    recorded_per_s: AtomicU64,
     heat_halflife_ms: AtomicU32,
 }
 
@@ -124,6 +133,9 @@ impl HotTable {
             max_tracked_pages,
             freq_threshold: AtomicU32::new(0),
             promote_window_ms: AtomicU32::new(0),
+            window_samples: AtomicU32::new(0),
+            effective_window_ms: AtomicU32::new(0),
+            recorded_per_s: AtomicU64::new(0f64.to_bits()),
             heat_halflife_ms: AtomicU32::new(0),
         };
         table.set_policy(policy);
@@ -135,14 +147,41 @@ impl HotTable {
             .store(u32::from(policy.freq_threshold.max(1)), Ordering::Relaxed);
         self.promote_window_ms
             .store(policy.promote_window_ms, Ordering::Relaxed);
+        self.window_samples
+            .store(policy.window_samples, Ordering::Relaxed);
         self.heat_halflife_ms
             .store(policy.heat_halflife_ms.max(1), Ordering::Relaxed);
+        self.retune_window();
+    }
+
+    /// The recorders' latest measure of recorded lower-tier samples per second: widens the
+    /// window when they are sparse (see [`window`]).
+    pub fn set_recorded_rate(&self, per_s: f64) {
+        self.recorded_per_s
+            .store(per_s.to_bits(), Ordering::Relaxed);
+        self.retune_window();
+    }
+
+    fn retune_window(&self) {
+        let per_s = f64::from_bits(self.recorded_per_s.load(Ordering::Relaxed));
+        let ms = window::widened(
+            self.promote_window_ms.load(Ordering::Relaxed),
+            self.window_samples.load(Ordering::Relaxed),
+            per_s,
+        );
+        self.effective_window_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The window `record` applies now.
+    pub fn effective_window_ms(&self) -> u32 {
+        self.effective_window_ms.load(Ordering::Relaxed)
     }
 
     pub fn policy(&self) -> HotnessConfig {
         HotnessConfig {
             freq_threshold: self.freq_threshold.load(Ordering::Relaxed) as u16,
             promote_window_ms: self.promote_window_ms.load(Ordering::Relaxed),
+            window_samples: self.window_samples.load(Ordering::Relaxed),
             heat_halflife_ms: self.heat_halflife_ms.load(Ordering::Relaxed),
         }
     }
@@ -190,7 +229,7 @@ impl HotTable {
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
         let threshold = self.freq_threshold.load(Ordering::Relaxed);
-        let window = self.promote_window_ms.load(Ordering::Relaxed);
+        let window = self.effective_window_ms.load(Ordering::Relaxed);
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
         let (mut shard, hash) = self.lock_at(access.key, now);
@@ -398,6 +437,8 @@ mod tests {
         HotnessConfig {
             freq_threshold: threshold,
             promote_window_ms: window,
+            // pghot's fixed window; widening has its own test below.
+            window_samples: 0,
             heat_halflife_ms: 1000,
         }
     }
@@ -412,6 +453,35 @@ mod tests {
         assert_eq!(t.get(access(1, 1, 0).key).unwrap().count(), 4);
         // Another pid's same address is another page.
         assert_eq!(t.record(&access(2, 1, 30)), Recorded::Tracked);
+    }
+
+    #[test]
+    fn sparse_samples_count_across_a_widened_window() {
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                window_samples: 16,
+                ..policy(2, 5000)
+            },
+        );
+        assert_eq!(t.effective_window_ms(), 5000, "no rate measured yet");
+        assert_eq!(t.record(&access(1, 1, 0)), Recorded::Tracked);
+        // 10 s later: outside the 5 s window, the count restarts.
+        assert_eq!(t.record(&access(1, 1, 10_000)), Recorded::Tracked);
+        // One recorded sample a second: 16 samples take 16 s, and a 10 s gap now counts.
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.effective_window_ms(), 16_000);
+        assert_eq!(t.record(&access(1, 1, 20_000)), Recorded::Candidate);
+        // Plentiful samples (100 a second: 160 ms) give back the configured floor.
+        t.set_recorded_rate(100.0);
+        assert_eq!(t.effective_window_ms(), 5000);
+        // A runtime change of the floor re-applies the last rate.
+        t.set_recorded_rate(1.0);
+        t.set_policy(HotnessConfig {
+            window_samples: 32,
+            ..policy(2, 5000)
+        });
+        assert_eq!(t.effective_window_ms(), 32_000);
     }
 
     #[test]

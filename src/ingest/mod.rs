@@ -31,6 +31,7 @@ mod resolve;
 
 use crate::admission::{Admission, LocalAdmission};
 use crate::hotness::candidate::{Candidate, CandidateSender};
+use crate::hotness::window::WindowTuner;
 use crate::hotness::{Access, HotTable, PAGE_SIZE, PageKey, Recorded};
 use crate::movepages::{Mover, SysMover};
 use crate::pidstats::{LocalPids, PidStats};
@@ -86,6 +87,8 @@ pub struct Ingest {
     node_lookup: Box<dyn Fn() -> Box<dyn Mover> + Send + Sync>,
     /// Migration admission's per-sample inputs (subpage histograms, R/W filters, traffic).
     admission: Option<Arc<Admission>>,
+    /// The rate of recorded samples, for the table's window (`hotness::window`).
+    window_tuner: Mutex<WindowTuner>,
 }
 
 impl Ingest {
@@ -140,6 +143,25 @@ impl Ingest {
             tap: Mutex::new(None),
             node_lookup: Box::new(|| Box::new(SysMover)),
             admission: None,
+            window_tuner: Mutex::new(WindowTuner::default()),
+        }
+    }
+
+    /// At a recorder's flush (its counts are in `stats`): measures the rate of recorded
+    /// lower-tier samples on the sample clock and hands it to the table.
+    fn measure_rate(&self, now_ns: u64) {
+        let recorded = self.stats.get(Counter::PghotRecordedAccesses);
+        let rate = self.window_tuner.lock().observe(recorded, now_ns);
+        if let Some(per_s) = rate {
+            let before = self.table.effective_window_ms();
+            self.table.set_recorded_rate(per_s);
+            let after = self.table.effective_window_ms();
+            if after != before && (after > before * 2 || before > after * 2) {
+                tracing::info!(
+                    "{per_s:.0} lower-tier samples/s: the promotion window is now {after} ms \
+                     (promote_window_ms, widened to hold window_samples)"
+                );
+            }
         }
     }
 
@@ -449,6 +471,7 @@ impl SampleSink for Recorder {
         if self.pending >= FLUSH_EVERY || s.time_ns > self.flushed_ns + FLUSH_AFTER_NS {
             self.flush();
             self.flushed_ns = s.time_ns;
+            self.ingest.measure_rate(s.time_ns);
         }
         if let Some(writer) = &self.ingest.record_to
             && !self.ingest.record_failed.load(Ordering::Relaxed)

@@ -22,12 +22,13 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
 
 use super::{Source, SourceError};
 use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
 use crate::sampler::SinkFactory;
 use crate::stats::Counter;
-use crate::stop::{StopToken, Woken, wait_fd};
+use crate::stop::{StopToken, Woken, wait_fd, wait_until};
 use crate::topology::NodeId;
 
 /// Header line the writer puts first; readers treat it as a comment.
@@ -319,11 +320,25 @@ impl LineBuf {
     }
 }
 
+/// After a read that found only a trickle (less than this), the next waits [`TRICKLE_GATHER`].
+const TRICKLE_BYTES: usize = 4096;
+
+/// How long a trickle is left to gather: a writer that sends a line or two at a time (the rig's
+/// guest relay sends every 4 ms) would otherwise wake the source thread for each, and on the
+/// TCG guest each wake-up cost about 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost").
+/// It matches the perf sampler's drain interval, so a trace sample waits no longer than a
+/// hardware one. A fast writer fills reads, never waits, and is never held back.
+const TRICKLE_GATHER: Duration = Duration::from_millis(100);
+
 /// A `Read` that waits with poll(2) for data or a stop request, even on a FIFO or stdin with no
 /// data. Regular files are always readable and never wait.
 struct StoppableReader {
     file: File,
     stop: StopToken,
+    /// A FIFO, pipe or socket: reads return what a writer has sent so far.
+    stream: bool,
+    /// When the last read found only a trickle.
+    trickle_at: Option<Instant>,
 }
 
 /// Marker error: the reader gave up because a stop was requested.
@@ -340,6 +355,11 @@ impl std::error::Error for Stopped {}
 
 impl Read for StoppableReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if let Some(at) = self.trickle_at.take()
+            && !wait_until(at + TRICKLE_GATHER, &self.stop)
+        {
+            return Err(io::Error::other(Stopped));
+        }
         loop {
             match wait_fd(self.file.as_fd(), &self.stop, None) {
                 Ok(Woken::Stopped) => return Err(io::Error::other(Stopped)),
@@ -351,6 +371,12 @@ impl Read for StoppableReader {
             // and gone, so a FIFO waiting for its first writer keeps us waiting).
             match self.file.read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Ok(n) => {
+                    if self.stream && n > 0 && n < TRICKLE_BYTES.min(buf.len()) {
+                        self.trickle_at = Some(Instant::now());
+                    }
+                    return Ok(n);
+                }
                 other => return other,
             }
         }
@@ -389,9 +415,12 @@ impl TraceSource {
             }
             options.open(path).map_err(open_err)?
         };
+        let stream = !file.metadata().map_err(open_err)?.is_file();
         let reader = StoppableReader {
             file,
             stop: StopToken::new(),
+            stream,
+            trickle_at: None,
         };
         Ok(TraceSource {
             path: path.to_string(),
