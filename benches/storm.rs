@@ -237,7 +237,7 @@ impl Daemon {
             .into_iter()
             .map(|(node, rx)| {
                 let m = pipeline
-                    .migrator(node, SysMover, clock.clone(), limits.clone())
+                    .migrator(node, SysMover::default(), clock.clone(), limits.clone())
                     .with_pause(Arc::clone(&paused));
                 MigratorHandle::spawn(m, rx).expect("spawning a migrator")
             })

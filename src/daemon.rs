@@ -475,10 +475,20 @@ fn start_migrators(
     clock: &MonotonicClock,
     paused: &Arc<AtomicBool>,
 ) -> Result<Vec<MigratorHandle>, DaemonError> {
+    if config.migrator.move_shared
+        && !config.migrator.dry_run
+        && let Some(warning) = crate::movepages::move_all_warning()
+    {
+        tracing::warn!("{warning}");
+    }
     let scope = Arc::clone(pipeline.ingest.scope());
     let mut migrators = Vec::new();
     for (node, rx) in pipeline.take_queues() {
-        let mover = GuardedMover::new(SysMover, Arc::clone(&scope), Arc::clone(&pipeline.stats));
+        let mover = GuardedMover::new(
+            SysMover::moving_shared(config.migrator.move_shared),
+            Arc::clone(&scope),
+            Arc::clone(&pipeline.stats),
+        );
         let migrator = pipeline
             .migrator(node, mover, clock.clone(), limits.clone())
             .with_pause(Arc::clone(paused));

@@ -153,6 +153,17 @@ pub static SETTINGS: &[Setting] = &[
         .allowed("{range}, above `promote_min_free_pct`")
         .doc("demotion's low watermark, % of a fast node's memory")
         .runtime(),
+    Setting::bool("move_shared", field!(migrator.move_shared))
+        .flag("move-shared", "BOOL")
+        .help(
+            "Also promote pages other processes map (MPOL_MF_MOVE_ALL; needs CAP_SYS_NICE) \
+             [default: {default}]",
+        )
+        .doc(
+            "also promote pages that other processes map too (a database's shared buffers, a \
+             forked server's heap) with MPOL_MF_MOVE_ALL, which needs CAP_SYS_NICE; off, they \
+             count as `pgpromote_fail_shared`",
+        ),
     Setting::text("conflicts", CONFLICTS)
         .flag("conflicts", "warn|refuse")
         .help(

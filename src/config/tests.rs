@@ -399,6 +399,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("dry_run", "false", None),
     ("demote", "false", None),
     ("demote_free_pct", "5", Some((1, 60))),
+    ("move_shared", "false", None),
     ("conflicts", r#""warn""#, None),
     ("sysfs_root", r#""/sys""#, None),
     ("perf.ring_pages", "64", Some((1, 16384))),

@@ -138,7 +138,7 @@ impl Ingest {
             pids: Arc::new(PidStats::default()),
             tap_on: AtomicBool::new(false),
             tap: Mutex::new(None),
-            node_lookup: Box::new(|| Box::new(SysMover)),
+            node_lookup: Box::new(|| Box::new(SysMover::default())),
             admission: None,
         }
     }
