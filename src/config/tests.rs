@@ -425,6 +425,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("damon_max_regions", "1000", Some((3, 1_000_000))),
     ("damon_max_samples", "16384", Some((1, 1 << 22))),
     ("control_socket", r#""/run/pghotd/pghotd.sock""#, None),
+    ("readonly_socket", "null", None),
     ("metrics_listen", "null", None),
     ("cgroups", "[]", None),
     ("comm", "null", None),

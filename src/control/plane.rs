@@ -169,6 +169,10 @@ impl ControlPlane {
                 .control_socket
                 .as_ref()
                 .map_or("off".into(), |p| p.display().to_string()),
+            readonly_socket: config
+                .readonly_socket
+                .as_ref()
+                .map(|p| p.display().to_string()),
             metrics_listen: config.metrics_listen.map(|a| a.to_string()),
             conflicts: self.parts.conflicts.current(),
         }
