@@ -1,7 +1,7 @@
 //! `pghotctl`: talks to a running pghotd over its control socket.
 //!
 //! Every way it can fail has its own exit status ([`EXIT_STATUS`], printed by `--help` and
-//! the man page). A closed stdout (`| head`) is success.
+//! the man page's EXIT STATUS). A closed stdout (`| head`) is success.
 
 mod view;
 
@@ -17,10 +17,11 @@ use pghot_protocol::client::{Client, ClientError};
 use pghot_protocol::{
     DEFAULT_TOP_PIDS, ErrorKind, MigrateReport, ReloadReport, Request, Snapshot, StatusReport,
 };
+use pghotd::generate::ManSections;
 
 /// Watches and steers a running pghotd.
 #[derive(Debug, Parser)]
-#[command(name = "pghotctl", version, after_help = exit_status_help())]
+#[command(name = "pghotctl", version, after_help = MAN.exit_status_help())]
 struct Cli {
     /// The daemon's control socket.
     #[arg(long, global = true, value_name = "PATH", default_value = pghot_protocol::DEFAULT_CONTROL_SOCKET)]
@@ -114,8 +115,16 @@ const EXIT_READ_ONLY: u8 = 5;
 const EXIT_CONNECTION: u8 = 6;
 const EXIT_LOCAL_IO: u8 = 7;
 
-/// Every exit status and when it comes, for `--help` and the man page's EXIT STATUS.
-pub const EXIT_STATUS: &[(u8, &str)] = &[
+/// Every exit status and when it comes (`--help` and the man page), and the files it uses.
+const MAN: ManSections = ManSections {
+    exit_status: EXIT_STATUS,
+    files: &[(
+        pghot_protocol::DEFAULT_CONTROL_SOCKET,
+        "pghotd's control socket (mode 0660, group pghot), unless --socket names another",
+    )],
+};
+
+const EXIT_STATUS: &[(u8, &str)] = &[
     (0, "done (also when stdout closes early, as with | head)"),
     (
         EXIT_DAEMON,
@@ -145,14 +154,6 @@ pub const EXIT_STATUS: &[(u8, &str)] = &[
         "a local file or the terminal failed (record --output, top's screen)",
     ),
 ];
-
-fn exit_status_help() -> String {
-    let mut text = String::from("Exit status:\n");
-    for (code, meaning) in EXIT_STATUS {
-        text.push_str(&format!("  {code}  {meaning}\n"));
-    }
-    text
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -234,7 +235,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Record { output, duration } => record(cli, output, *duration),
         Command::Generate { kind } => {
             use clap::CommandFactory;
-            pghotd::generate::write(*kind, Cli::command(), "1", &mut std::io::stdout().lock())?;
+            let out = &mut std::io::stdout().lock();
+            pghotd::generate::write(*kind, Cli::command(), "1", &MAN, out)?;
             Ok(())
         }
     }
