@@ -194,19 +194,21 @@ fn peer_of(
     control_gid: Option<u32>,
     access: Access,
 ) -> Peer {
-    let Some(cred) = cred.filter(|_| access == Access::Full) else {
+    let Some(cred) = cred else {
         return Peer {
             pid: -1,
             uid: u32::MAX,
             may_change: false,
         };
     };
-    let in_group = control_gid
-        .is_some_and(|g| cred.gid() == g || supplementary_groups(cred.pid()).contains(&g));
+    let in_group = || {
+        control_gid
+            .is_some_and(|g| cred.gid() == g || supplementary_groups(cred.pid()).contains(&g))
+    };
     Peer {
         pid: cred.pid(),
         uid: cred.uid(),
-        may_change: cred.uid() == 0 || in_group,
+        may_change: access == Access::Full && (cred.uid() == 0 || in_group()),
     }
 }
 
@@ -618,6 +620,27 @@ fn client_gone(stream: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_only_socket_grants_no_change_to_root_or_the_group() {
+        let me = std::process::id() as i32;
+        let cred = |uid, gid| {
+            Some(nix::sys::socket::UnixCredentials::from(libc::ucred {
+                pid: me,
+                uid,
+                gid,
+            }))
+        };
+        let group = Some(4242);
+        let may = |cred, access| peer_of(cred, group, access).may_change;
+        assert!(may(cred(0, 0), Access::Full));
+        assert!(may(cred(1000, 4242), Access::Full));
+        assert!(!may(cred(1000, 1000), Access::Full));
+        assert!(!may(cred(0, 0), Access::ReadOnly));
+        assert!(!may(cred(1000, 4242), Access::ReadOnly));
+        // The peer is still named in the logs.
+        assert_eq!(peer_of(cred(1000, 4242), group, Access::ReadOnly).uid, 1000);
+    }
 
     #[test]
     fn supplementary_groups_are_the_kernels() {
