@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use pghot_protocol::NodeId;
 use pghot_protocol::client::{Client, ClientError};
@@ -151,7 +150,7 @@ const EXIT_STATUS: &[(u8, &str)] = &[
     ),
     (
         EXIT_LOCAL_IO,
-        "a local file or the terminal failed (record --output, top's screen)",
+        "a local file, stdout or the terminal failed (record --output, top's screen)",
     ),
 ];
 
@@ -186,7 +185,10 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
     if e.downcast_ref::<UsageError>().is_some() {
         EXIT_USAGE
-    } else if e.downcast_ref::<LocalError>().is_some() {
+    } else if e.downcast_ref::<LocalError>().is_some()
+        || e.downcast_ref::<std::io::Error>().is_some()
+    {
+        // A local file, the terminal, or stdout (a closed stdout was success already).
         EXIT_LOCAL_IO
     } else {
         // An answer that parsed as JSON but not as the report pghotctl expects.
@@ -211,10 +213,12 @@ fn local(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LocalError {
     move |source| LocalError { what, source }
 }
 
+/// Whole, so that a closed stdout is an `io::Error` (success for `| head`) and any other
+/// failure to write it is a local one.
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, v)?;
-    writeln!(out)?;
+    writeln!(out, "{text}")?;
     Ok(())
 }
 
@@ -568,9 +572,10 @@ fn record(cli: &Cli, output: &Path, duration: Option<f64>) -> anyhow::Result<()>
         line.clear();
         // The daemon ends the stream (duration, or it stops); Ctrl-C ends pghotctl, and the
         // buffered lines are lost with it, so --duration is the way to a complete file.
-        let n = reader
-            .read_line(&mut line)
-            .with_context(|| format!("reading the recording from {}", cli.socket.display()))?;
+        let n = reader.read_line(&mut line).map_err(|err| ClientError::Io {
+            path: cli.socket.clone(),
+            err,
+        })?;
         if n == 0 {
             break;
         }

@@ -955,6 +955,12 @@ fn every_documented_exit_status_comes_from_its_situation() {
         ctl().args(["record", "--duration", "1", "-o", "/nonexistent/dir/trace"]),
         exit_for("local file"),
     );
+    // stdout that cannot be written (a full disk); a closed one is success (`| head`).
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    util::run_code(ctl().arg("status").stdout(full), exit_for("stdout or"));
 }
 
 #[test]
