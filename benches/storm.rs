@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pghotd::config::Config;
-use pghotd::control::server::{ControlServer, bind};
+use pghotd::control::server::{Access, ControlServer, bind};
 use pghotd::control::{ControlParts, ControlPlane, ReloadFrom};
 use pghotd::hotness::HotTable;
 use pghotd::ingest::Ingest;
@@ -237,7 +237,7 @@ impl Daemon {
             .into_iter()
             .map(|(node, rx)| {
                 let m = pipeline
-                    .migrator(node, SysMover, clock.clone(), limits.clone())
+                    .migrator(node, SysMover::default(), clock.clone(), limits.clone())
                     .with_pause(Arc::clone(&paused));
                 MigratorHandle::spawn(m, rx).expect("spawning a migrator")
             })
@@ -263,9 +263,9 @@ impl Daemon {
             stop: StopToken::new(),
             conflicts: Default::default(),
         }));
-        let listener = bind(socket).expect("binding the control socket");
-        let server =
-            ControlServer::spawn(listener, socket.to_path_buf(), plane).expect("control server");
+        let listener = bind(socket, Access::Full).expect("binding the control socket");
+        let server = ControlServer::spawn(listener, socket.to_path_buf(), plane, Access::Full)
+            .expect("control server");
         Daemon {
             stats,
             table,

@@ -22,7 +22,7 @@ use crate::admission::thp::SysThp;
 use crate::config::{Config, ConfigError};
 use crate::conflicts::{ConflictPolicy, Conflicts, Probe, RECHECK_EVERY};
 use crate::control::metrics::MetricsServer;
-use crate::control::server::ControlServer;
+use crate::control::server::{Access, ControlServer};
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
 use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
@@ -300,19 +300,25 @@ fn build_pipeline(
     Ok(builder.build())
 }
 
-/// The control socket and metrics port, bound before any thread starts so that one in use
-/// fails the start cleanly.
+/// The control sockets (read-write, read-only) and the metrics port, bound before any thread
+/// starts so that one in use fails the start cleanly.
 struct Listeners {
-    control: Option<(std::os::unix::net::UnixListener, PathBuf)>,
+    control: Vec<(std::os::unix::net::UnixListener, PathBuf, Access)>,
     metrics: Option<std::net::TcpListener>,
 }
 
 impl Listeners {
     fn bind(config: &Config) -> Result<Listeners, DaemonError> {
-        let control = match &config.control_socket {
-            Some(path) => Some((crate::control::server::bind(path)?, path.clone())),
-            None => None,
-        };
+        let mut control = Vec::new();
+        for (path, access) in [
+            (&config.control_socket, Access::Full),
+            (&config.readonly_socket, Access::ReadOnly),
+        ] {
+            if let Some(path) = path {
+                let listener = crate::control::server::bind(path, access)?;
+                control.push((listener, path.clone(), access));
+            }
+        }
         let metrics = match config.metrics_listen {
             Some(addr) => Some(crate::control::metrics::bind(addr)?),
             None => None,
@@ -333,7 +339,7 @@ struct Running {
     background_stop: StopToken,
     background: Vec<(&'static str, Option<std::thread::JoinHandle<()>>)>,
     signals: signal_hook::iterator::Handle,
-    control: Option<ControlServer>,
+    control: Vec<ControlServer>,
     metrics: Option<MetricsServer>,
 }
 
@@ -475,10 +481,20 @@ fn start_migrators(
     clock: &MonotonicClock,
     paused: &Arc<AtomicBool>,
 ) -> Result<Vec<MigratorHandle>, DaemonError> {
+    if config.migrator.move_shared
+        && !config.migrator.dry_run
+        && let Some(warning) = crate::movepages::move_all_warning()
+    {
+        tracing::warn!("{warning}");
+    }
     let scope = Arc::clone(pipeline.ingest.scope());
     let mut migrators = Vec::new();
     for (node, rx) in pipeline.take_queues() {
-        let mover = GuardedMover::new(SysMover, Arc::clone(&scope), Arc::clone(&pipeline.stats));
+        let mover = GuardedMover::new(
+            SysMover::moving_shared(config.migrator.move_shared),
+            Arc::clone(&scope),
+            Arc::clone(&pipeline.stats),
+        );
         let migrator = pipeline
             .migrator(node, mover, clock.clone(), limits.clone())
             .with_pause(Arc::clone(paused));
@@ -528,21 +544,23 @@ fn start_sources(
 fn start_control(
     listeners: Listeners,
     plane: &Arc<ControlPlane>,
-) -> Result<(Option<ControlServer>, Option<MetricsServer>), DaemonError> {
+) -> Result<(Vec<ControlServer>, Option<MetricsServer>), DaemonError> {
     let spawn_err = |name: &str| {
         let name = name.to_string();
         move |source| DaemonError::Spawn { name, source }
     };
-    let control = match listeners.control {
-        Some((listener, path)) => {
-            tracing::info!("control socket {}", path.display());
-            Some(
-                ControlServer::spawn(listener, path, Arc::clone(plane))
-                    .map_err(spawn_err("pghot-ctl"))?,
-            )
-        }
-        None => None,
-    };
+    let mut control = Vec::new();
+    for (listener, path, access) in listeners.control {
+        let what = match access {
+            Access::Full => "control socket",
+            Access::ReadOnly => "read-only control socket",
+        };
+        tracing::info!("{what} {}", path.display());
+        control.push(
+            ControlServer::spawn(listener, path, Arc::clone(plane), access)
+                .map_err(spawn_err("pghot-ctl"))?,
+        );
+    }
     let metrics = match listeners.metrics {
         Some(listener) => {
             tracing::info!("metrics on http://{:?}/metrics", listener.local_addr().ok());
@@ -592,7 +610,7 @@ impl Running {
             }
         }
         self.signals.close();
-        if let Some(c) = self.control {
+        for c in self.control {
             c.shutdown();
         }
         if let Some(m) = self.metrics {

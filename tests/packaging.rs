@@ -1,7 +1,8 @@
 //! The packages: the shipped config's comments show the real defaults; the .deb installs
 //! with dpkg into a scratch root (maintainer scripts included) and its pghotd and pghotctl
-//! run from there; the .rpm lists the right files (`rpm -qpl`) and installs with
-//! `rpm --root` into a scratch root.
+//! run from there; the .rpm lists the right files (`rpm -qpl`) and installs, upgrades and
+//! erases with `rpm --root` in scratch roots where its systemd scriptlets run against a
+//! recording `systemctl`; the man pages ship gzip'ed with EXIT STATUS and FILES.
 //!
 //! The packages are built by packaging/build-packages.sh (CI runs it before the tests; here
 //! it runs once per test binary, a no-op when they are fresh). Missing tools skip loudly, or
@@ -115,11 +116,24 @@ fn check_installed_binaries(root: &Path) {
             .arg("--check-config"),
     );
     assert!(check.starts_with("config ok"), "{check}");
-    let man = std::fs::read_to_string(root.join("usr/share/man/man8/pghotd.8")).unwrap();
+    // gzip'ed pages, with the sections man-pages(7) asks for.
+    let page = |path: &str| run_text(Command::new("gzip").arg("-dc").arg(root.join(path)));
+    let man = page("usr/share/man/man8/pghotd.8.gz");
     assert!(man.contains(".TH pghotd 8"), "{man}");
+    let man1 = page("usr/share/man/man1/pghotctl.1.gz");
+    assert!(man1.contains(".TH pghotctl 1"), "{man1}");
+    for (name, text) in [("pghotd.8", &man), ("pghotctl.1", &man1)] {
+        assert!(
+            text.contains(".SH \"EXIT STATUS\"\n.TP\n.B 0\n"),
+            "{name}: {text}"
+        );
+        assert!(text.contains(".SH FILES\n.TP\n.I /"), "{name}: {text}");
+    }
+    assert!(man.contains(".I /etc/pghotd/pghotd.toml\n"), "{man}");
+    assert!(man1.contains(".B 7\n"), "{man1}");
     // The config file's page, with a key of the top level and one of a table (by hand, from
     // the README's tables).
-    let man5 = std::fs::read_to_string(root.join("usr/share/man/man5/pghotd.toml.5")).unwrap();
+    let man5 = page("usr/share/man/man5/pghotd.toml.5.gz");
     assert!(man5.starts_with(".TH pghotd.toml 5"), "{man5}");
     assert!(man5.contains(".B migrate_batch\n"), "{man5}");
     assert!(man5.contains(".SH [admission]"), "{man5}");
@@ -157,6 +171,10 @@ fn the_deb_installs_into_a_scratch_root_with_dpkg_and_runs() {
     check_installed_binaries(r);
     let group = std::fs::read_to_string(r.join("etc/group")).unwrap();
     assert!(group.lines().any(|l| l.starts_with("pghot:")), "{group}");
+    assert!(
+        group.lines().any(|l| l.starts_with("pghot-monitor:")),
+        "{group}"
+    );
     let conffiles = run_text(&mut dpkg(&["-s", "pghotd"]));
     assert!(
         conffiles.contains("Status: install ok installed"),
@@ -220,38 +238,142 @@ fn the_rpm_lists_its_files_and_installs_into_a_scratch_root() {
             "/usr/share/bash-completion/completions/pghotd",
             "/usr/share/fish/vendor_completions.d/pghotctl.fish",
             "/usr/share/fish/vendor_completions.d/pghotd.fish",
-            "/usr/share/man/man1/pghotctl.1",
-            "/usr/share/man/man5/pghotd.toml.5",
-            "/usr/share/man/man8/pghotd.8",
+            "/usr/share/man/man1/pghotctl.1.gz",
+            "/usr/share/man/man5/pghotd.toml.5.gz",
+            "/usr/share/man/man8/pghotd.8.gz",
             "/usr/share/zsh/site-functions/_pghotctl",
             "/usr/share/zsh/site-functions/_pghotd",
         ]
     );
     let config = run_text(Command::new("rpm").arg("-qpc").arg(rpm));
     assert_eq!(config.trim(), "/etc/pghotd/pghotd.toml");
-    let scripts = run_text(Command::new("rpm").args(["-qp", "--scripts"]).arg(rpm));
-    assert!(
-        scripts.contains("systemd-sysusers /usr/lib/sysusers.d/pghotd.conf"),
-        "{scripts}"
-    );
 
-    let root = tempfile::tempdir().unwrap();
-    let r = root.path();
-    let rpm_root = || {
-        let mut cmd = Command::new("rpm");
-        cmd.arg("--root").arg(r);
-        cmd
-    };
-    util::run(rpm_root().arg("--initdb"), true);
-    // rpm runs scriptlets chrooted into the root, which has no shell: they are checked as
-    // text above and skipped here. Dependencies are this machine's.
-    util::run(
-        rpm_root().args(["-i", "--nodeps", "--noscripts"]).arg(rpm),
-        true,
+    // A booted systemd with systemd-sysusers: install, upgrade (the same package again),
+    // erase. The expected commands are those of Fedora's %systemd_post, %systemd_preun and
+    // %systemd_postun_with_restart, written out here.
+    let root = ScriptletRoot::new(true, true);
+    root.rpm(&["-i", "--nodeps"], rpm);
+    assert_eq!(
+        root.new_log(),
+        [
+            "systemd-sysusers /usr/lib/sysusers.d/pghotd.conf",
+            "systemctl --no-reload preset pghotd.service",
+        ]
     );
-    let q = run_text(rpm_root().args(["-q", "pghotd"]));
+    let q = run_text(root.cmd().args(["-q", "pghotd"]));
     assert!(q.starts_with("pghotd-0.1.0"), "{q}");
-    check_installed_binaries(r);
-    util::run(rpm_root().args(["-e", "--noscripts", "pghotd"]), true);
-    assert!(!r.join("usr/bin/pghotd").exists());
+    check_installed_binaries(root.path());
+    // Upgrade: the new %post ($1 = 2: no preset), the old %preun ($1 = 1: nothing), the old
+    // %postun ($1 = 1: reload and restart a running service).
+    root.rpm(&["-U", "--replacepkgs", "--nodeps"], rpm);
+    assert_eq!(
+        root.new_log(),
+        [
+            "systemd-sysusers /usr/lib/sysusers.d/pghotd.conf",
+            "systemctl daemon-reload",
+            "systemctl try-restart pghotd.service",
+        ]
+    );
+    root.rpm(&["-e"], Path::new("pghotd"));
+    assert_eq!(
+        root.new_log(),
+        [
+            "systemctl --no-reload disable --now pghotd.service",
+            "systemctl daemon-reload",
+        ]
+    );
+    assert!(!root.path().join("usr/bin/pghotd").exists());
+
+    // No booted systemd (an image build) and no systemd-sysusers: the groups by hand, and no
+    // daemon-reload.
+    let root = ScriptletRoot::new(false, false);
+    root.rpm(&["-i", "--nodeps"], rpm);
+    assert_eq!(
+        root.new_log(),
+        [
+            "getent group pghot",
+            "groupadd -r pghot",
+            "getent group pghot-monitor",
+            "groupadd -r pghot-monitor",
+            "systemctl --no-reload preset pghotd.service",
+        ]
+    );
+    root.rpm(&["-e"], Path::new("pghotd"));
+    assert_eq!(
+        root.new_log(),
+        ["systemctl --no-reload disable --now pghotd.service"]
+    );
+}
+
+/// An rpm root the scriptlets can run in: this machine's dash as /bin/sh with its libraries,
+/// and `systemctl`, `getent`, `groupadd` (and `systemd-sysusers` if `sysusers`) that append
+/// their command line to /var/log/scriptlets. `booted` makes /run/systemd/system.
+struct ScriptletRoot {
+    dir: tempfile::TempDir,
+    seen: std::cell::Cell<usize>,
+}
+
+impl ScriptletRoot {
+    fn new(booted: bool, sysusers: bool) -> ScriptletRoot {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        for d in ["bin", "usr/bin", "var/log", "dev", "etc"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        if booted {
+            std::fs::create_dir_all(r.join("run/systemd/system")).unwrap();
+        }
+        let sh = Path::new("/usr/bin/dash");
+        std::fs::copy(sh, r.join("bin/sh")).unwrap();
+        let ldd = run_text(Command::new("ldd").arg(sh));
+        for lib in ldd.split_whitespace().filter(|w| w.starts_with('/')) {
+            let to = r.join(lib.trim_start_matches('/'));
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(lib, to).unwrap();
+        }
+        let mut tools = vec![("systemctl", 0), ("groupadd", 0), ("getent", 2)];
+        if sysusers {
+            tools.push(("systemd-sysusers", 0));
+        }
+        for (tool, status) in tools {
+            let stub = r.join("usr/bin").join(tool);
+            std::fs::write(
+                &stub,
+                format!("#!/bin/sh\necho \"{tool} $*\" >>/var/log/scriptlets\nexit {status}\n"),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let root = ScriptletRoot {
+            dir,
+            seen: std::cell::Cell::new(0),
+        };
+        util::run(root.cmd().arg("--initdb"), true);
+        root
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::new("rpm");
+        cmd.arg("--root").arg(self.path());
+        cmd
+    }
+
+    fn rpm(&self, args: &[&str], package: &Path) {
+        util::run(self.cmd().args(args).arg(package), true);
+    }
+
+    /// The commands the scriptlets ran since the last call.
+    fn new_log(&self) -> Vec<String> {
+        let log =
+            std::fs::read_to_string(self.path().join("var/log/scriptlets")).unwrap_or_default();
+        let lines: Vec<String> = log.lines().map(String::from).collect();
+        let new = lines[self.seen.get()..].to_vec();
+        self.seen.set(lines.len());
+        new
+    }
 }

@@ -1,7 +1,8 @@
 //! `pghotd`: the tiering daemon. Wiring only; the work lives in the library.
 //!
-//! Exit codes: 0 done, 1 runtime failure, 2 bad configuration or usage, 3 the kernel or
-//! machine lacks what pghotd needs, or (`conflicts = "refuse"`) something else promotes too.
+//! Exit codes ([`MAN`]: `--help` and pghotd(8) print them): 0 done, 1 runtime failure, 2 bad
+//! configuration or usage, 3 the kernel or machine lacks what pghotd needs, or
+//! (`conflicts = "refuse"`) something else promotes too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,11 +13,12 @@ use pghot_protocol::ConflictKind;
 use pghotd::config::{Config, SettingArgs};
 use pghotd::conflicts::{ConflictPolicy, Probe};
 use pghotd::daemon::{self, DaemonError, RunOptions};
+use pghotd::generate::ManSections;
 use pghotd::logging::{self, LogFormat};
 
 /// Promotes the pages processes touch most while they sit on a slow memory tier.
 #[derive(Debug, Parser)]
-#[command(name = "pghotd", version, about)]
+#[command(name = "pghotd", version, about, after_help = MAN.exit_status_help())]
 struct Cli {
     /// Config file [default: /etc/pghotd/pghotd.toml, if present].
     #[arg(long, value_name = "PATH")]
@@ -52,6 +54,50 @@ const EXIT_RUNTIME: u8 = 1;
 const EXIT_CONFIG: u8 = 2;
 const EXIT_UNSUPPORTED: u8 = 3;
 
+/// pghotd(8)'s EXIT STATUS (also after `--help`'s options) and FILES.
+const MAN: ManSections = ManSections {
+    exit_status: &[
+        (
+            0,
+            "done: every source ended, --duration passed, or SIGTERM/SIGINT (after draining)",
+        ),
+        (
+            EXIT_RUNTIME,
+            "a failure while running (a thread could not start, a source or migrator failed)",
+        ),
+        (
+            EXIT_CONFIG,
+            "bad configuration or usage: a flag, the config file, a source's settings, the \
+             control socket's path; restarting cannot help (the unit's \
+             RestartPreventExitStatus)",
+        ),
+        (
+            EXIT_UNSUPPORTED,
+            "the kernel or machine lacks what pghotd needs (a PMU, DAMON, the topology), or \
+             conflicts = \"refuse\" found another promoter",
+        ),
+    ],
+    files: &[
+        (
+            "/etc/pghotd/pghotd.toml",
+            "the configuration read when --config is not given, if present; see pghotd.toml(5)",
+        ),
+        (
+            pghot_protocol::DEFAULT_CONTROL_SOCKET,
+            "the control socket (control_socket), mode 0660, group pghot",
+        ),
+        (
+            "/run/pghotd/damon-kdamond-K",
+            "which kdamond the damon source claimed, so a restart after a crash releases it",
+        ),
+        (
+            "/usr/lib/systemd/system/pghotd.service",
+            "the systemd unit; /usr/lib/sysusers.d/pghotd.conf creates the groups pghot and \
+             pghot-monitor",
+        ),
+    ],
+};
+
 fn exit_code(err: &DaemonError) -> u8 {
     match err {
         DaemonError::Source(e) if e.is_unsupported() => EXIT_UNSUPPORTED,
@@ -69,7 +115,7 @@ fn main() -> ExitCode {
     if let Some(kind) = cli.generate {
         use clap::CommandFactory;
         let mut out = std::io::stdout().lock();
-        return match pghotd::generate::write(kind, Cli::command(), "8", &mut out) {
+        return match pghotd::generate::write(kind, Cli::command(), "8", &MAN, &mut out) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("pghotd: --generate: {e}");

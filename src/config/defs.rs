@@ -165,6 +165,17 @@ pub static SETTINGS: &[Setting] = &[
         .allowed("{range}, above `promote_min_free_pct`")
         .doc("demotion's low watermark, % of a fast node's memory")
         .runtime(),
+    Setting::bool("move_shared", field!(migrator.move_shared))
+        .flag("move-shared", "BOOL")
+        .help(
+            "Also promote pages other processes map (MPOL_MF_MOVE_ALL; needs CAP_SYS_NICE) \
+             [default: {default}]",
+        )
+        .doc(
+            "also promote pages that other processes map too (a database's shared buffers, a \
+             forked server's heap) with MPOL_MF_MOVE_ALL, which needs CAP_SYS_NICE; off, they \
+             count as `pgpromote_fail_shared`",
+        ),
     Setting::text("conflicts", CONFLICTS)
         .flag("conflicts", "warn|refuse")
         .help(
@@ -310,6 +321,19 @@ pub static SETTINGS: &[Setting] = &[
         .help("Control socket for pghotctl; an empty path turns it off [default: {default}]")
         .allowed("a path; `\"\"` turns it off")
         .doc("the socket pghotctl talks to (`--socket` on both binaries)"),
+    Setting::path("readonly_socket", READONLY_SOCKET)
+        .flag("readonly-socket", "PATH")
+        .help(
+            "A second socket that answers status, stats, top and config get but refuses every \
+             change, whoever asks; mode 0660, group pghot-monitor [default: {default}]",
+        )
+        .default_is("off")
+        .allowed("a path; `\"\"` is off")
+        .doc(
+            "a second socket for monitoring (mode 0660, group `pghot-monitor`): it answers \
+             `status`, `stats`, `top` and `config get` and refuses every change, even to root \
+             and members of `pghot`, so opening it grants no control",
+        ),
     Setting::text("metrics_listen", METRICS_LISTEN)
         .flag("metrics-listen", "ADDR:PORT")
         .help("Serve OpenMetrics on this address, e.g. 127.0.0.1:9464 [default: {default}]")
@@ -535,11 +559,26 @@ const IBS_PERIOD: Field = Field {
 const CONTROL_SOCKET: Field = Field {
     get: |c| c.control_socket.as_deref().map(path_text),
     set: |c, value| {
-        let path = text(value)?;
-        c.control_socket = (!path.is_empty()).then(|| PathBuf::from(path));
+        c.control_socket = optional_path(value)?;
         Ok(())
     },
     copy: |from, to| to.control_socket = from.control_socket.clone(),
+};
+
+/// A path where `""` means none (a socket turned off).
+fn optional_path(value: Written) -> Result<Option<PathBuf>, String> {
+    let path = text(value)?;
+    Ok((!path.is_empty()).then(|| PathBuf::from(path)))
+}
+
+/// Like the control socket: an empty path is off.
+const READONLY_SOCKET: Field = Field {
+    get: |c| c.readonly_socket.as_deref().map(path_text),
+    set: |c, value| {
+        c.readonly_socket = optional_path(value)?;
+        Ok(())
+    },
+    copy: |from, to| to.readonly_socket = from.readonly_socket.clone(),
 };
 
 const CONFLICTS: Field = Field {

@@ -107,7 +107,7 @@ pub const README_TABLES: &[(&str, &[&str])] = &[
 ];
 
 /// Roff for running text: escapes, and `code` spans in bold.
-fn roff(text: &str) -> String {
+pub fn roff(text: &str) -> String {
     let escaped = text.replace('\\', "\\e").replace('-', "\\-");
     let mut out = String::new();
     for (i, part) in escaped.split('`').enumerate() {

@@ -130,6 +130,8 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// `None`: no control socket.
     pub control_socket: Option<PathBuf>,
+    /// A second socket that serves only reading requests (`None`: off).
+    pub readonly_socket: Option<PathBuf>,
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Cgroup directories whose processes are managed (see `scope`).
     pub cgroups: Vec<PathBuf>,
@@ -197,6 +199,7 @@ impl Default for Config {
             softdirty: SoftDirtyConfig::default(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             control_socket: Some(PathBuf::from(DEFAULT_CONTROL_SOCKET)),
+            readonly_socket: None,
             metrics_listen: None,
             cgroups: Vec::new(),
             comm: None,

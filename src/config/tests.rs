@@ -379,6 +379,118 @@ fn the_readme_settings_tables_are_generated_from_the_table() {
     );
 }
 
+/// The settings rows of README.md's tables, read from the file itself: (key, default cell).
+fn readme_defaults() -> Vec<(String, String)> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(path).unwrap();
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("| key | default |") {
+            in_table = true;
+            continue;
+        }
+        if !line.starts_with('|') {
+            in_table = false;
+        }
+        if !in_table || line.starts_with("|---") {
+            continue;
+        }
+        let cells: Vec<String> = line
+            .replace("\\|", "\u{1}")
+            .split(" | ")
+            .map(|c| {
+                c.trim_matches(|ch| ch == '|' || ch == ' ')
+                    .replace('\u{1}', "|")
+            })
+            .collect();
+        // `key`, or `[table] key` for a key of a TOML table.
+        let key = cells[0].trim_matches('`');
+        let key = match key.strip_prefix('[').and_then(|k| k.split_once("] ")) {
+            Some((table, name)) => format!("{table}.{name}"),
+            None => key.to_string(),
+        };
+        rows.push((key, cells[1].clone()));
+    }
+    rows
+}
+
+/// What the README's default cell must say for a value `Config::default()` holds: its items
+/// as text, or `None` when the code holds no value (null, an empty list) and the README has
+/// to say in words what happens.
+fn code_default_items(value: &serde_json::Value) -> Option<Vec<String>> {
+    let item = |v: &serde_json::Value| match v {
+        serde_json::Value::String(t) => t.clone(),
+        other => other.to_string(),
+    };
+    match value {
+        serde_json::Value::Null => None,
+        serde_json::Value::Array(v) if v.is_empty() => None,
+        serde_json::Value::Array(v) => Some(v.iter().map(item).collect()),
+        other => Some(vec![item(other)]),
+    }
+}
+
+/// Issue 20: the README said `enabled_sources` defaults to none while the code said `auto`.
+/// Every key of the README's tables, read from README.md, against the value the code's
+/// defaults hold (`config get` on `Config::default()`), not against the generator.
+#[test]
+fn every_readme_default_is_the_one_the_code_uses() {
+    let code: std::collections::BTreeMap<&str, serde_json::Value> =
+        Config::default().values().into_iter().collect();
+    let rows = readme_defaults();
+    let keys: Vec<&str> = rows.iter().map(|(k, _)| k.as_str()).collect();
+    let mut missing: Vec<&str> = code.keys().copied().filter(|k| !keys.contains(k)).collect();
+    // Only the sections the README has tables for.
+    missing.retain(|k| {
+        setting(k).is_some_and(|s| {
+            docs::README_TABLES
+                .iter()
+                .any(|(_, sections)| sections.contains(&s.section()))
+        })
+    });
+    assert!(
+        missing.is_empty(),
+        "keys missing from README.md: {missing:?}"
+    );
+    for (key, cell) in &rows {
+        let value = code
+            .get(key.as_str())
+            .unwrap_or_else(|| panic!("README key {key} unknown"));
+        let said: Vec<String> = cell
+            .split(", ")
+            .map(|t| t.trim_matches('`').to_string())
+            .collect();
+        match code_default_items(value) {
+            Some(items) => {
+                // A switch may read "off" / "on".
+                fn words(b: &str) -> &str {
+                    match b {
+                        "false" => "off",
+                        "true" => "on",
+                        other => other,
+                    }
+                }
+                let same = said == items
+                    || said.len() == 1 && items.len() == 1 && said[0] == words(&items[0]);
+                assert!(same, "{key}: README says {cell:?}, the code holds {value}");
+            }
+            None => {
+                // Words, not a value: "every process", "off", "none", ...
+                let looks_like_a_value = cell.starts_with('`')
+                    || cell.parse::<f64>().is_ok()
+                    || cell == "true"
+                    || cell == "false"
+                    || cell.is_empty();
+                assert!(
+                    !looks_like_a_value,
+                    "{key}: README says {cell:?}, the code holds no value ({value})"
+                );
+            }
+        }
+    }
+}
+
 /// Every key, its default as `config get` shows it and its range, as README.md and
 /// `pghotd --help` gave them before the table existed (written out here by hand).
 /// An allowed range, `min..=max`.
@@ -400,6 +512,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("dry_run", "false", None),
     ("demote", "false", None),
     ("demote_free_pct", "5", Some((1, 60))),
+    ("move_shared", "false", None),
     ("conflicts", r#""warn""#, None),
     ("sysfs_root", r#""/sys""#, None),
     ("perf.ring_pages", "64", Some((1, 16384))),
@@ -425,6 +538,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("damon_max_regions", "1000", Some((3, 1_000_000))),
     ("damon_max_samples", "16384", Some((1, 1 << 22))),
     ("control_socket", r#""/run/pghotd/pghotd.sock""#, None),
+    ("readonly_socket", "null", None),
     ("metrics_listen", "null", None),
     ("cgroups", "[]", None),
     ("comm", "null", None),

@@ -169,6 +169,10 @@ impl ControlPlane {
                 .control_socket
                 .as_ref()
                 .map_or("off".into(), |p| p.display().to_string()),
+            readonly_socket: config
+                .readonly_socket
+                .as_ref()
+                .map(|p| p.display().to_string()),
             metrics_listen: config.metrics_listen.map(|a| a.to_string()),
             conflicts: self.parts.conflicts.current(),
         }
@@ -381,7 +385,13 @@ impl ControlPlane {
         from: &[NodeId],
         to: NodeId,
     ) -> Result<pghot_protocol::MigrateReport, ErrorBody> {
-        let rate = self.config.lock().migrator.promote_rate_limit_mbps;
+        let (rate, move_shared) = {
+            let config = self.config.lock();
+            (
+                config.migrator.promote_rate_limit_mbps,
+                config.migrator.move_shared,
+            )
+        };
         let opts = MigrateOptions {
             pid,
             from: from.to_vec(),
@@ -404,7 +414,11 @@ impl ControlPlane {
             ));
         }
         tracing::info!("migrate pid {pid} from {from:?} to node {to}: starting");
-        let mut mover = GuardedMover::new(SysMover, scope, Arc::clone(&self.parts.stats));
+        let mut mover = GuardedMover::new(
+            SysMover::moving_shared(move_shared),
+            scope,
+            Arc::clone(&self.parts.stats),
+        );
         let report = migrate::run(
             &opts,
             &mut mover,

@@ -33,18 +33,50 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The group whose members may change the daemon (besides root).
 pub const CONTROL_GROUP: &str = "pghot";
 
+/// The group given the read-only socket (`readonly_socket`): its members may read, never
+/// change, whatever other groups they are in.
+pub const READONLY_GROUP: &str = "pghot-monitor";
+
+/// What a socket's connections may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Read, and change for root and members of [`CONTROL_GROUP`] (`control_socket`).
+    Full,
+    /// Read only, for everyone, root included (`readonly_socket`): being able to open it
+    /// grants no change, so it can be given to a monitoring group.
+    ReadOnly,
+}
+
+impl Access {
+    /// The group the socket file is given (mode 0660).
+    pub fn group(self) -> &'static str {
+        match self {
+            Access::Full => CONTROL_GROUP,
+            Access::ReadOnly => READONLY_GROUP,
+        }
+    }
+
+    fn thread_name(self) -> &'static str {
+        match self {
+            Access::Full => "pghot-ctl",
+            Access::ReadOnly => "pghot-ctl-ro",
+        }
+    }
+}
+
 /// Samples a `record` stream buffers before it drops (and counts) them.
 const RECORD_BUFFER: usize = 1 << 16;
 
 /// How often blocked reads and accepts look at the stop token.
 const TICK: Duration = Duration::from_millis(100);
 
-/// Creates the socket's directory, binds, sets mode 0660 and group `pghot` (when it exists).
+/// Creates the socket's directory, binds, sets mode 0660 and the group of `access` (`pghot` or
+/// `pghot-monitor`, when it exists; else the group stays root's).
 /// Something already at the path is replaced only when lstat(2) says it is a socket (not a
 /// symlink to one) and nobody answers on it: a socket left by a daemon that died. A live
 /// daemon's socket, a regular file, a directory, a FIFO or a symlink (dangling or not) is an
 /// error naming the path, and is left as it was.
-pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
+pub fn bind(path: &Path, access: Access) -> Result<UnixListener, ControlError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         && !dir.exists()
     {
@@ -92,7 +124,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
         });
     }
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(perm_err)?;
-    if let Some(gid) = control_gid() {
+    if let Some(gid) = group_gid(access.group()) {
         nix::unistd::fchownat(
             nix::fcntl::AT_FDCWD,
             path,
@@ -105,8 +137,8 @@ pub fn bind(path: &Path) -> Result<UnixListener, ControlError> {
     Ok(listener)
 }
 
-/// The gid of the `pghot` group, if it exists.
-pub fn control_gid() -> Option<u32> {
+/// The gid of group `name` (`pghot`, `pghot-monitor`), if it exists.
+pub fn group_gid(name: &str) -> Option<u32> {
     // A statically linked glibc cannot load NSS modules: getgrnam dlopens the ones
     // nsswitch.conf names (libnss_systemd on most hosts), which pulls a second libc into the
     // process and crashes it. Static builds (the QEMU rig's) read /etc/group themselves.
@@ -116,9 +148,9 @@ pub fn control_gid() -> Option<u32> {
             crate::safefs::limit::GROUP_FILE,
         )
         .ok()
-        .and_then(|text| gid_in_group_file(&text, CONTROL_GROUP));
+        .and_then(|text| gid_in_group_file(&text, name));
     }
-    nix::unistd::Group::from_name(CONTROL_GROUP)
+    nix::unistd::Group::from_name(name)
         .ok()
         .flatten()
         .map(|g| g.gid.as_raw())
@@ -156,8 +188,12 @@ fn peer_credentials(stream: &UnixStream) -> Option<nix::sys::socket::UnixCredent
 }
 
 /// The credentials, and the peer's groups from /proc/PID/status. A peer whose credentials
-/// cannot be read may only read.
-fn peer_of(cred: Option<nix::sys::socket::UnixCredentials>, control_gid: Option<u32>) -> Peer {
+/// cannot be read may only read, and so may every peer of a read-only socket.
+fn peer_of(
+    cred: Option<nix::sys::socket::UnixCredentials>,
+    control_gid: Option<u32>,
+    access: Access,
+) -> Peer {
     let Some(cred) = cred else {
         return Peer {
             pid: -1,
@@ -165,12 +201,14 @@ fn peer_of(cred: Option<nix::sys::socket::UnixCredentials>, control_gid: Option<
             may_change: false,
         };
     };
-    let in_group = control_gid
-        .is_some_and(|g| cred.gid() == g || supplementary_groups(cred.pid()).contains(&g));
+    let in_group = || {
+        control_gid
+            .is_some_and(|g| cred.gid() == g || supplementary_groups(cred.pid()).contains(&g))
+    };
     Peer {
         pid: cred.pid(),
         uid: cred.uid(),
-        may_change: cred.uid() == 0 || in_group,
+        may_change: access == Access::Full && (cred.uid() == 0 || in_group()),
     }
 }
 
@@ -189,15 +227,16 @@ pub struct ControlServer {
 }
 
 impl ControlServer {
-    /// Spawns `pghot-ctl` on a bound listener.
+    /// Spawns `pghot-ctl` (or `pghot-ctl-ro`) on a bound listener.
     pub fn spawn(
         listener: UnixListener,
         path: PathBuf,
         plane: Arc<ControlPlane>,
+        access: Access,
     ) -> io::Result<ControlServer> {
-        let gid = control_gid();
-        let thread = ServiceThread::spawn("pghot-ctl", move |stop| {
-            accept_loop(&listener, &plane, &stop, gid)
+        let gid = group_gid(CONTROL_GROUP);
+        let thread = ServiceThread::spawn(access.thread_name(), move |stop| {
+            accept_loop(&listener, &plane, &stop, gid, access)
         })?;
         Ok(ControlServer { path, thread })
     }
@@ -214,6 +253,7 @@ fn accept_loop(
     plane: &Arc<ControlPlane>,
     stop: &StopToken,
     gid: Option<u32>,
+    access: Access,
 ) {
     let active = Arc::new(AtomicUsize::new(0));
     if let Err(e) = listener.set_nonblocking(true) {
@@ -257,7 +297,7 @@ fn accept_loop(
             .name("pghot-ctl/conn".into())
             .spawn(move || {
                 let _guard = guard;
-                serve(stream, &plane, &stop, peer_of(cred, gid));
+                serve(stream, &plane, &stop, peer_of(cred, gid, access), access);
             });
         if let Err(e) = spawned {
             tracing::warn!("control connection thread: {e}");
@@ -363,7 +403,13 @@ impl LineReader {
     }
 }
 
-fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, peer: Peer) {
+fn serve(
+    mut stream: UnixStream,
+    plane: &ControlPlane,
+    stop: &StopToken,
+    peer: Peer,
+    access: Access,
+) {
     let configured = stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_read_timeout(Some(TICK)))
@@ -394,15 +440,9 @@ fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, peer: P
                 Ok(text) if text.trim().is_empty() => continue,
                 Ok(text) => match parse_request(text.trim()) {
                     Err(e) => Err(e),
-                    Ok(req) if req.is_privileged() && !peer.may_change => Err(ErrorBody::new(
-                        ErrorKind::PermissionDenied,
-                        format!(
-                            "{} changes the daemon: it needs root or membership in group \
-                             {CONTROL_GROUP} (you are uid {})",
-                            request_name(&req),
-                            peer.uid
-                        ),
-                    )),
+                    Ok(req) if req.is_privileged() && !peer.may_change => {
+                        Err(refusal(&req, peer, access))
+                    }
                     Ok(Request::Record { duration_s }) => {
                         plane.stats().add(Counter::ControlRequests, 1);
                         record(&mut stream, plane, stop, duration_s, peer);
@@ -431,6 +471,23 @@ fn serve(mut stream: UnixStream, plane: &ControlPlane, stop: &StopToken, peer: P
             return;
         }
     }
+}
+
+/// The answer to a request that changes the daemon from a peer that may only read.
+fn refusal(req: &Request, peer: Peer, access: Access) -> ErrorBody {
+    let name = request_name(req);
+    let message = match access {
+        Access::ReadOnly => format!(
+            "{name} changes the daemon, and this is its read-only socket (readonly_socket): \
+             use the control socket as root or a member of group {CONTROL_GROUP}"
+        ),
+        Access::Full => format!(
+            "{name} changes the daemon: it needs root or membership in group {CONTROL_GROUP} \
+             (you are uid {})",
+            peer.uid
+        ),
+    };
+    ErrorBody::new(ErrorKind::PermissionDenied, message)
 }
 
 fn request_name(req: &Request) -> String {
@@ -563,6 +620,27 @@ fn client_gone(stream: &UnixStream) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_only_socket_grants_no_change_to_root_or_the_group() {
+        let me = std::process::id() as i32;
+        let cred = |uid, gid| {
+            Some(nix::sys::socket::UnixCredentials::from(libc::ucred {
+                pid: me,
+                uid,
+                gid,
+            }))
+        };
+        let group = Some(4242);
+        let may = |cred, access| peer_of(cred, group, access).may_change;
+        assert!(may(cred(0, 0), Access::Full));
+        assert!(may(cred(1000, 4242), Access::Full));
+        assert!(!may(cred(1000, 1000), Access::Full));
+        assert!(!may(cred(0, 0), Access::ReadOnly));
+        assert!(!may(cred(1000, 4242), Access::ReadOnly));
+        // The peer is still named in the logs.
+        assert_eq!(peer_of(cred(1000, 4242), group, Access::ReadOnly).uid, 1000);
+    }
 
     #[test]
     fn supplementary_groups_are_the_kernels() {

@@ -141,7 +141,7 @@ impl Ingest {
             pids: Arc::new(PidStats::default()),
             tap_on: AtomicBool::new(false),
             tap: Mutex::new(None),
-            node_lookup: Box::new(|| Box::new(SysMover)),
+            node_lookup: Box::new(|| Box::new(SysMover::default())),
             admission: None,
             window_tuner: Mutex::new(WindowTuner::default()),
         }

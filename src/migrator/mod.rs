@@ -8,8 +8,9 @@
 //! 2. holds back what exceeds the destination's token bucket (`promote_rate_limit_MBps`);
 //! 3. asks the kernel where the pages are (move_pages query: cheap, no fault-in), so pages
 //!    already on a top tier and pages that vanished never reach a move;
-//! 4. moves the rest with move_pages(MPOL_MF_MOVE), then accounts every page exactly once,
-//!    re-querying the entries the kernel left unwritten (positive return, ENOMEM).
+//! 4. moves the rest with move_pages(MPOL_MF_MOVE, or MPOL_MF_MOVE_ALL with `move_shared`),
+//!    then accounts every page exactly once, re-querying the entries the kernel left
+//!    unwritten (positive return, ENOMEM).
 //!
 //! Pages held back for a reason that may pass (rate limit, watermark, EBUSY, ENOMEM, not
 //! migrated) are made eligible again in the table, so their next sample re-offers them; pages
@@ -60,6 +61,9 @@ pub struct MigratorConfig {
     pub demote: bool,
     /// The low watermark demotion keeps free on a fast node, in percent of its memory.
     pub demote_free_pct: u8,
+    /// Move pages other processes map too (MPOL_MF_MOVE_ALL, needs CAP_SYS_NICE): read when
+    /// the daemon builds its movers (`SysMover::moving_shared`), so it takes a restart.
+    pub move_shared: bool,
 }
 
 impl Default for MigratorConfig {
@@ -72,6 +76,7 @@ impl Default for MigratorConfig {
             dry_run: false,
             demote: false,
             demote_free_pct: 5,
+            move_shared: false,
         }
     }
 }

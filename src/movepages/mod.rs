@@ -22,9 +22,22 @@ pub trait Mover: Send {
     ) -> Result<usize, Errno>;
 }
 
-/// The real syscall.
-#[derive(Debug, Default)]
-pub struct SysMover;
+/// The real syscall. `SysMover::default()` moves only pages the target maps alone
+/// (MPOL_MF_MOVE); [`SysMover::moving_shared`] can move shared pages too.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SysMover {
+    move_all: bool,
+}
+
+impl SysMover {
+    /// With `move_all`, moves use MPOL_MF_MOVE_ALL: pages other processes also map (a
+    /// database's shared buffers, a forked server's heap) move too, for every process that
+    /// maps them. The kernel then requires CAP_SYS_NICE of the caller for every move call
+    /// (EPERM otherwise: `pgpromote_fail_permission`). Queries are unaffected.
+    pub fn moving_shared(move_all: bool) -> SysMover {
+        SysMover { move_all }
+    }
+}
 
 impl Mover for SysMover {
     fn move_pages(
@@ -34,8 +47,27 @@ impl Mover for SysMover {
         nodes: Option<&[i32]>,
         status: &mut [i32],
     ) -> Result<usize, Errno> {
-        sys::move_pages(pid, pages, nodes, status)
+        sys::move_pages(pid, pages, nodes, status, self.move_all)
     }
+}
+
+/// CAP_SYS_NICE in `capabilities(7)` numbering.
+const CAP_SYS_NICE: u32 = 23;
+
+/// Says up front when `move_shared` cannot work: MPOL_MF_MOVE_ALL without CAP_SYS_NICE in the
+/// effective set fails every move call with EPERM (`kernel_move_pages()` in mm/migrate.c checks
+/// it before anything else). `None` when the capability is there or the status is unreadable.
+pub fn move_all_warning() -> Option<String> {
+    let status: procfs::process::Status = crate::safefs::read_proc(
+        std::path::Path::new("/proc/self/status"),
+        crate::safefs::limit::STATUS,
+    )
+    .ok()?;
+    (status.capeff >> CAP_SYS_NICE & 1 == 0).then(|| {
+        "move_shared = true, but this process lacks CAP_SYS_NICE: every move will fail with \
+         EPERM (pgpromote_fail_permission); grant CAP_SYS_NICE or set move_shared = false"
+            .to_string()
+    })
 }
 
 /// The counter for a negative per-page status.

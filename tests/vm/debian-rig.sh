@@ -316,7 +316,7 @@ for s in "${scenarios[@]}"; do
 	complete=false
 	grep -aq '^SERVICE-END' "$console" && complete=true
 	n=$(jq 'length' <<< "$json")
-	all=$(jq --argjson c "$complete" '$c and length >= 13 and all(.[]; .)' <<< "$json")
+	all=$(jq --argjson c "$complete" '$c and length >= 14 and all(.[]; .)' <<< "$json")
 	echo "SERVICE $(jq -cn --argjson c "$json" --argjson f "$figs" --argjson complete "$complete" --argjson wall "$wall" \
 		'$c + {all_checks_ran: $complete, figures: $f, wall_s: $wall}')"
 	grep -a '^SERVICE-CHECK ' "$console" | sed 's/^SERVICE-CHECK /  /' >&2

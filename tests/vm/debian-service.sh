@@ -100,7 +100,8 @@ figure exposure "$(systemd-analyze security pghotd --no-pager 2>/dev/null | sed 
 
 # --- softdirty on an unprivileged user's process, a followed (comm) scope -------------------
 # pghotd starts first and follows the workload in: what an operator configures once.
-write_conf 'enabled_sources = ["softdirty"]' 'comm = "^pghot-workload$"'
+write_conf 'enabled_sources = ["softdirty"]' 'comm = "^pghot-workload$"' \
+	'readonly_socket = "/run/pghotd/pghotd-ro.sock"'
 mark "$work/c.softdirty"
 t0=$(now)
 systemctl enable --now pghotd > "$work/enable.out" 2>&1
@@ -142,6 +143,27 @@ msg=$(head -n 3 "$work/o-status.out" | tr '\n' ' ')
 ok=1
 [ "$rc" != 0 ] && grep -qi 'permission denied' "$work/o-status.out" && grep -q 'pghot' "$work/o-status.out" && ok=0
 check outsider_refused "$ok" "rc=$rc message: $msg"
+# A monitoring user in pghot-monitor only: the read-only socket (given that group by the
+# sandboxed service, through SupplementaryGroups) answers its reads and refuses its changes,
+# and root's too; the control socket stays closed to it. Exit codes from pghotctl --help.
+monitor=pghot-monitor-user
+useradd -M -N -G pghot-monitor "$monitor" 2>/dev/null
+ro=/run/pghotd/pghotd-ro.sock
+ro_group=$(stat -c %G "$ro" 2>/dev/null)
+runuser -u "$monitor" -- pghotctl --socket "$ro" stats > "$work/m-stats.out" 2>&1
+m_read=$?
+runuser -u "$monitor" -- pghotctl --socket "$ro" pause > "$work/m-pause.out" 2>&1
+m_pause=$?
+runuser -u "$monitor" -- pghotctl status > "$work/m-ctl.out" 2>&1
+m_ctl=$?
+pghotctl --socket "$ro" pause > "$work/r-pause.out" 2>&1
+r_pause=$?
+promotion=$(pghotctl status | sed -n 's/^promotion: //p')
+ok=1
+[ "$ro_group" = pghot-monitor ] && [ "$m_read" = 0 ] && grep -q source_softdirty_samples "$work/m-stats.out" &&
+	[ "$m_pause" = 5 ] && grep -q 'read-only socket' "$work/m-pause.out" && [ "$m_ctl" = 4 ] &&
+	[ "$r_pause" = 5 ] && [ "$promotion" = running ] && ok=0
+check monitor_read_only "$ok" "socket_group=$ro_group stats_rc=$m_read pause_rc=$m_pause control_socket_rc=$m_ctl root_pause_on_ro_rc=$r_pause promotion=$promotion"
 
 wait "$wl_sub"
 hot=$(json_num "$work/softdirty.out" hot_fast_pct)

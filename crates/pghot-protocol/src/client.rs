@@ -18,8 +18,9 @@ pub enum ClientError {
     )]
     NotRunning { path: PathBuf, err: io::Error },
     #[error(
-        "connecting to {}: permission denied\n\nThe socket is for root and the group pghot; run \
-         as root or ask for membership in pghot.",
+        "connecting to {}: permission denied\n\nThe control socket is for root and the group \
+         pghot (a read-only socket, if pghotd has one, for the group pghot-monitor); run as root \
+         or ask for membership.",
         path.display()
     )]
     Permission { path: PathBuf },

@@ -370,6 +370,9 @@ pub struct StatusReport {
     pub topology: String,
     pub nodes: Vec<NodeRow>,
     pub socket: String,
+    /// The read-only socket, if on (absent from older daemons: off).
+    #[serde(default)]
+    pub readonly_socket: Option<String>,
     pub metrics_listen: Option<String>,
     /// Competing promoters found at the last check (absent from older daemons: none).
     #[serde(default)]

@@ -108,7 +108,7 @@ impl Census {
             .zip(self.status.chunks_mut(QUERY_BATCH))
         {
             // The daemon's own move_pages wrapper, in query mode.
-            SysMover
+            SysMover::default()
                 .move_pages(self.pid, addrs, None, status)
                 .map_err(|errno| WorkloadError::Query {
                     source: io::Error::from(errno),

@@ -1,7 +1,7 @@
 //! `pghotctl`: talks to a running pghotd over its control socket.
 //!
-//! Exit codes: 0 done, 1 pghotd answered with an error, 2 usage, 3 pghotd cannot be reached
-//! (not running, or the socket is not accessible). A closed stdout (`| head`) is success.
+//! Every way it can fail has its own exit status ([`EXIT_STATUS`], printed by `--help` and
+//! the man page's EXIT STATUS). A closed stdout (`| head`) is success.
 
 mod view;
 
@@ -10,17 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 use pghot_protocol::NodeId;
 use pghot_protocol::client::{Client, ClientError};
 use pghot_protocol::{
-    DEFAULT_TOP_PIDS, MigrateReport, ReloadReport, Request, Snapshot, StatusReport,
+    DEFAULT_TOP_PIDS, ErrorKind, MigrateReport, ReloadReport, Request, Snapshot, StatusReport,
 };
+use pghotd::generate::ManSections;
 
 /// Watches and steers a running pghotd.
 #[derive(Debug, Parser)]
-#[command(name = "pghotctl", version)]
+#[command(name = "pghotctl", version, after_help = MAN.exit_status_help())]
 struct Cli {
     /// The daemon's control socket.
     #[arg(long, global = true, value_name = "PATH", default_value = pghot_protocol::DEFAULT_CONTROL_SOCKET)]
@@ -45,15 +45,18 @@ enum Command {
         #[arg(long)]
         pids: bool,
     },
-    /// Live view: rates, node fill, processes, hottest ranges (q quits, ? for keys).
+    /// Live view: rates, node fill, processes, hottest ranges (q quits, p asks before it
+    /// pauses promotion, ? for keys).
     Top {
-        /// Refresh interval.
+        /// Refresh interval; with --once, the time between the two snapshots its rates come
+        /// from.
         #[arg(long, value_name = "SECS", default_value = "1")]
         interval: f64,
-        /// Print one snapshot (JSON with --json) and exit.
+        /// Print the 80x24 text frame once, as `top -b -n1`, and exit (rates over --interval).
         #[arg(long)]
         once: bool,
-        /// With --once: include the hottest ranges of this process.
+        /// With --once or --json: the hottest ranges of this process instead of the process
+        /// list.
         #[arg(long, value_name = "PID")]
         pid: Option<u32>,
     },
@@ -100,9 +103,56 @@ enum ConfigOp {
     Set { key: String, value: String },
 }
 
+/// pghotd answered the request with an error (a value out of range, a key that needs a
+/// restart, a recording already running, ...).
 const EXIT_DAEMON: u8 = 1;
+/// clap's own status for a command line it refuses; pghotctl's checks of values use it too.
 const EXIT_USAGE: u8 = 2;
-const EXIT_UNREACHABLE: u8 = 3;
+const EXIT_NOT_RUNNING: u8 = 3;
+const EXIT_NO_ACCESS: u8 = 4;
+const EXIT_READ_ONLY: u8 = 5;
+const EXIT_CONNECTION: u8 = 6;
+const EXIT_LOCAL_IO: u8 = 7;
+
+/// Every exit status and when it comes (`--help` and the man page), and the files it uses.
+const MAN: ManSections = ManSections {
+    exit_status: EXIT_STATUS,
+    files: &[(
+        pghot_protocol::DEFAULT_CONTROL_SOCKET,
+        "pghotd's control socket (mode 0660, group pghot), unless --socket names another",
+    )],
+};
+
+const EXIT_STATUS: &[(u8, &str)] = &[
+    (0, "done (also when stdout closes early, as with | head)"),
+    (
+        EXIT_DAEMON,
+        "pghotd answered with an error: a value out of range, a key that needs a restart, \
+         a recording already running, too many connections",
+    ),
+    (EXIT_USAGE, "the command line is wrong"),
+    (
+        EXIT_NOT_RUNNING,
+        "no pghotd listens on the socket (no such file, or nobody accepts)",
+    ),
+    (
+        EXIT_NO_ACCESS,
+        "the socket exists but may not be opened: root and group pghot only",
+    ),
+    (
+        EXIT_READ_ONLY,
+        "pghotd refused a change: it needs root or group pghot, on the control socket (the \
+         read-only socket refuses every change)",
+    ),
+    (
+        EXIT_CONNECTION,
+        "the connection failed midway: closed, an I/O error, or an answer pghotctl cannot read",
+    ),
+    (
+        EXIT_LOCAL_IO,
+        "a local file, stdout or the terminal failed (record --output, top's screen)",
+    ),
+];
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -115,17 +165,34 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("pghotctl: {e:#}");
-            let code = match e.downcast_ref::<ClientError>() {
-                Some(ClientError::Daemon(_)) => EXIT_DAEMON,
-                Some(ClientError::NotRunning { .. } | ClientError::Permission { .. }) => {
-                    EXIT_UNREACHABLE
-                }
-                Some(_) => EXIT_UNREACHABLE,
-                None if e.downcast_ref::<UsageError>().is_some() => EXIT_USAGE,
-                None => EXIT_DAEMON,
-            };
-            ExitCode::from(code)
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+fn exit_code(e: &anyhow::Error) -> u8 {
+    if let Some(e) = e.downcast_ref::<ClientError>() {
+        return match e {
+            ClientError::Daemon(body) if body.kind == ErrorKind::PermissionDenied => EXIT_READ_ONLY,
+            ClientError::Daemon(_) => EXIT_DAEMON,
+            ClientError::NotRunning { .. } => EXIT_NOT_RUNNING,
+            ClientError::Permission { .. } => EXIT_NO_ACCESS,
+            ClientError::Connect { .. }
+            | ClientError::Io { .. }
+            | ClientError::Closed { .. }
+            | ClientError::Protocol(_) => EXIT_CONNECTION,
+        };
+    }
+    if e.downcast_ref::<UsageError>().is_some() {
+        EXIT_USAGE
+    } else if e.downcast_ref::<LocalError>().is_some()
+        || e.downcast_ref::<std::io::Error>().is_some()
+    {
+        // A local file, the terminal, or stdout (a closed stdout was success already).
+        EXIT_LOCAL_IO
+    } else {
+        // An answer that parsed as JSON but not as the report pghotctl expects.
+        EXIT_CONNECTION
     }
 }
 
@@ -133,10 +200,25 @@ fn main() -> ExitCode {
 #[error("{0}")]
 struct UsageError(String);
 
+/// A local file or the terminal failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}: {source}")]
+struct LocalError {
+    what: String,
+    source: std::io::Error,
+}
+
+fn local(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LocalError {
+    let what = what.into();
+    move |source| LocalError { what, source }
+}
+
+/// Whole, so that a closed stdout is an `io::Error` (success for `| head`) and any other
+/// failure to write it is a local one.
 fn print_json(v: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(v)?;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, v)?;
-    writeln!(out)?;
+    writeln!(out, "{text}")?;
     Ok(())
 }
 
@@ -157,7 +239,8 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
         Command::Record { output, duration } => record(cli, output, *duration),
         Command::Generate { kind } => {
             use clap::CommandFactory;
-            pghotd::generate::write(*kind, Cli::command(), "1", &mut std::io::stdout().lock())?;
+            let out = &mut std::io::stdout().lock();
+            pghotd::generate::write(*kind, Cli::command(), "1", &MAN, out)?;
             Ok(())
         }
     }
@@ -173,21 +256,33 @@ fn status(cli: &Cli) -> anyhow::Result<()> {
 }
 
 fn top(cli: &Cli, interval: f64, once: bool, pid: Option<u32>) -> anyhow::Result<()> {
-    if once {
-        let v = Client::connect(&cli.socket)?.request(&Request::Top {
-            pid,
-            limit: DEFAULT_TOP_PIDS,
-        })?;
+    let request = Request::Top {
+        pid,
+        limit: DEFAULT_TOP_PIDS,
+    };
+    if cli.json {
+        let v = Client::connect(&cli.socket)?.request(&request)?;
         return print_json(&v);
     }
     let interval = positive_secs(interval, "--interval")?;
+    if once {
+        // Two snapshots --interval apart, so the frame shows rates, as top's first frame does.
+        let mut client = Client::connect(&cli.socket)?;
+        let first: Snapshot = client.call(&request)?;
+        std::thread::sleep(interval);
+        let second: Snapshot = client.call(&request)?;
+        let frame = view::text_frame(first, second, pid, 80, 24);
+        let mut out = std::io::stdout().lock();
+        out.write_all(frame.as_bytes())?;
+        return Ok(out.flush()?);
+    }
     // Fail early, before the terminal switches, when the daemon is not there.
     Client::connect(&cli.socket)?;
     let mut daemon = LiveDaemon {
         path: cli.socket.clone(),
         client: None,
     };
-    crate::view::term::run(&mut daemon, interval).context("terminal")
+    crate::view::term::run(&mut daemon, interval).map_err(|e| local("terminal")(e).into())
 }
 
 fn config(cli: &Cli, op: &ConfigOp) -> anyhow::Result<()> {
@@ -346,6 +441,9 @@ fn print_status(s: &StatusReport) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out, "socket: {}", s.socket)?;
+    if let Some(ro) = &s.readonly_socket {
+        writeln!(out, "read-only socket: {ro}")?;
+    }
     writeln!(
         out,
         "metrics: {}",
@@ -465,7 +563,7 @@ fn record(cli: &Cli, output: &Path, duration: Option<f64>) -> anyhow::Result<()>
         duration_s: duration,
     })?;
     let mut file = std::io::BufWriter::new(
-        std::fs::File::create(output).with_context(|| format!("creating {}", output.display()))?,
+        std::fs::File::create(output).map_err(local(format!("creating {}", output.display())))?,
     );
     let mut reader = client.into_reader();
     let mut samples = 0u64;
@@ -474,9 +572,10 @@ fn record(cli: &Cli, output: &Path, duration: Option<f64>) -> anyhow::Result<()>
         line.clear();
         // The daemon ends the stream (duration, or it stops); Ctrl-C ends pghotctl, and the
         // buffered lines are lost with it, so --duration is the way to a complete file.
-        let n = reader
-            .read_line(&mut line)
-            .with_context(|| format!("reading the recording from {}", cli.socket.display()))?;
+        let n = reader.read_line(&mut line).map_err(|err| ClientError::Io {
+            path: cli.socket.clone(),
+            err,
+        })?;
         if n == 0 {
             break;
         }
@@ -484,10 +583,10 @@ fn record(cli: &Cli, output: &Path, duration: Option<f64>) -> anyhow::Result<()>
             samples += 1;
         }
         file.write_all(line.as_bytes())
-            .with_context(|| format!("writing {}", output.display()))?;
+            .map_err(local(format!("writing {}", output.display())))?;
     }
     file.flush()
-        .with_context(|| format!("writing {}", output.display()))?;
+        .map_err(local(format!("writing {}", output.display())))?;
     eprintln!(
         "pghotctl: {samples} samples written to {}",
         output.display()

@@ -1,12 +1,14 @@
 //! The control plane through the real binaries: protocol over the socket, permissions with a
-//! non-root peer, config set / reload / SIGHUP, pause, metrics scraped over loopback, record
-//! then replay, and `pghotctl top` driven in tmux.
+//! non-root peer, the read-only socket, config set / reload / SIGHUP, pause, metrics scraped
+//! over loopback, record then replay, `pghotctl top` driven in tmux, and what `--help`
+//! promises run in the forms it documents (every exit status of `pghotctl --help` from its
+//! situation, `top --once`/`--json`, pghotd's `--control-socket ''` and `trace:-`).
 
 #[path = "../../../tests/util/mod.rs"]
 mod util;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -202,7 +204,7 @@ fn a_non_root_peer_may_read_but_not_change() {
     };
     std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // 0660 root:root: nobody cannot even connect, and is told why.
-    let out = util::run_code(&mut as_nobody(&["status"]), 3);
+    let out = util::run_code(&mut as_nobody(&["status"]), exit_for("may not be opened"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("permission denied") && err.contains("pghot"),
@@ -218,7 +220,7 @@ fn a_non_root_peer_may_read_but_not_change() {
         &["reload"],
         &["record", "-o", "/dev/null", "--duration", "1"],
     ] {
-        let out = util::run_code(&mut as_nobody(args), 1);
+        let out = util::run_code(&mut as_nobody(args), exit_for("refused a change"));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("needs root or membership in group pghot (you are uid 65534)"),
@@ -226,6 +228,101 @@ fn a_non_root_peer_may_read_but_not_change() {
         );
     }
     assert!(stdout(d.ctl().arg("status")).contains("promotion: running"));
+}
+
+/// `pghotctl --help`'s exit status table: (status, meaning), each status on its own line.
+fn documented_statuses() -> Vec<(i32, String)> {
+    let out = util::run(
+        Command::new(env!("CARGO_BIN_EXE_pghotctl")).arg("--help"),
+        true,
+    );
+    let help = String::from_utf8(out.stdout).unwrap();
+    let table = help
+        .split_once("Exit status:\n")
+        .expect("an exit status table")
+        .1;
+    table
+        .lines()
+        .filter_map(|l| {
+            let (code, meaning) = l.trim().split_once("  ")?;
+            Some((code.parse().ok()?, meaning.to_string()))
+        })
+        .collect()
+}
+
+/// The exit status `pghotctl --help` documents for the situation whose text contains `what`.
+fn exit_for(what: &str) -> i32 {
+    let table = documented_statuses();
+    let found: Vec<i32> = table
+        .iter()
+        .filter(|(_, m)| m.contains(what))
+        .map(|(c, _)| *c)
+        .collect();
+    assert_eq!(found.len(), 1, "{what:?} in {table:?}");
+    found[0]
+}
+
+#[test]
+fn the_read_only_socket_answers_reads_and_refuses_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro.sock");
+    let ro_arg = ro.to_str().unwrap().to_string();
+    let d = Daemon::start(&["--readonly-socket", &ro_arg]);
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = std::fs::metadata(&ro).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+    // Group pghot-monitor where it exists, else root's.
+    let monitor = std::fs::read_to_string("/etc/group")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"pghot-monitor")).then(|| f[2].parse::<u32>().unwrap())
+        });
+    assert_eq!(meta.gid(), monitor.unwrap_or(0));
+    let on_ro = |args: &[&str]| {
+        let mut cmd = util::pghotctl(&ro);
+        cmd.args(args);
+        cmd
+    };
+    assert!(stdout(&mut on_ro(&["status"])).contains(&format!("read-only socket: {ro_arg}")));
+    assert!(stdout(&mut on_ro(&["stats"])).contains("pgpromote_candidate"));
+    assert!(stdout(&mut on_ro(&["config", "get", "freq_threshold"])).contains("= 2"));
+    util::run(&mut on_ro(&["top", "--json"]), true);
+    // Root through the read-only socket: still refused, with the way to the other socket.
+    let refused = exit_for("refused a change");
+    for args in [
+        &["pause"][..],
+        &["resume"],
+        &["config", "set", "freq_threshold", "3"],
+        &["reload"],
+        &["record", "-o", "/dev/null", "--duration", "1"],
+        &["migrate", "--pid", "1", "--from", "2", "--to", "0"],
+    ] {
+        let out = util::run_code(&mut on_ro(args), refused);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("this is its read-only socket"),
+            "{args:?}: {err}"
+        );
+    }
+    // Nor does opening it to everyone grant a change.
+    std::fs::set_permissions(d.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut nobody = Command::new("setpriv");
+    nobody
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_pghotctl"))
+        .arg("--socket")
+        .arg(&ro);
+    util::run_code(nobody.arg("pause"), refused);
+    assert!(stdout(d.ctl().arg("status")).contains("promotion: running"));
+    // The control socket itself still changes things for root.
+    assert!(stdout(d.ctl().arg("pause")).contains("promotion paused"));
+    assert!(stdout(&mut on_ro(&["status"])).contains("promotion: paused"));
+    d.finish();
+    assert!(!ro.exists(), "the read-only socket is removed at exit");
 }
 
 #[test]
@@ -674,7 +771,7 @@ fn migrate_checks_nodes_and_walks_a_live_process() {
 fn clear_errors_without_a_daemon_and_for_a_socket_in_use() {
     let out = util::run_code(
         util::pghotctl(Path::new("/nonexistent/pghotd.sock")).arg("status"),
-        3,
+        exit_for("no pghotd listens"),
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -749,9 +846,18 @@ fn top_runs_in_tmux_against_a_live_daemon() {
     tmux(&["send-keys", "-t", "top", "s"]);
     screen("processes by hot ");
     tmux(&["send-keys", "-t", "top", "?"]);
-    screen("pause or resume promotion");
+    screen("pause promotion (asks first)");
     tmux(&["send-keys", "-t", "top", "Escape"]);
+    // p asks; anything but y keeps promoting.
     tmux(&["send-keys", "-t", "top", "p"]);
+    screen("pause promotion? y pauses");
+    tmux(&["send-keys", "-t", "top", "n"]);
+    let text = screen("promotion not paused");
+    assert!(text.contains("PROMOTING"), "{text}");
+    assert!(stdout(d.ctl().arg("status")).contains("promotion: running"));
+    tmux(&["send-keys", "-t", "top", "p"]);
+    screen("pause promotion? y pauses");
+    tmux(&["send-keys", "-t", "top", "y"]);
     screen("PAUSED");
     tmux(&["send-keys", "-t", "top", "Enter"]);
     screen("hottest ranges of 900001");
@@ -788,5 +894,149 @@ fn migrate_refuses_a_process_outside_the_scope() {
     for child in [&mut inside, &mut outside] {
         child.kill().unwrap();
         let _ = child.wait();
+    }
+}
+
+#[test]
+fn every_documented_exit_status_comes_from_its_situation() {
+    let codes: Vec<i32> = documented_statuses().iter().map(|(c, _)| *c).collect();
+    assert_eq!(codes, (0..=7).collect::<Vec<_>>(), "one line per status");
+    let d = Daemon::start(&[]);
+    let ctl = || util::pghotctl(&d.socket);
+
+    util::run_code(ctl().arg("status"), exit_for("done"));
+    util::run_code(
+        ctl().args(["config", "set", "migrate_batch", "0"]),
+        exit_for("answered with an error"),
+    );
+    let usage = exit_for("command line is wrong");
+    util::run_code(ctl().arg("no-such-command"), usage);
+    util::run_code(ctl().args(["top", "--once", "--interval", "0"]), usage);
+    util::run_code(
+        util::pghotctl(Path::new("/nonexistent/pghotd.sock")).arg("status"),
+        exit_for("no pghotd listens"),
+    );
+    // Access and refusals as a non-root user: the socket is 0660 root's.
+    let dir = tempfile::tempdir().unwrap();
+    let as_nobody = |socket: &Path, args: &[&str]| {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_pghotctl"))
+            .arg("--socket")
+            .arg(socket)
+            .args(args);
+        cmd
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let open = |p: &Path, mode| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode));
+    open(d.socket.parent().unwrap(), 0o755).unwrap();
+    util::run_code(
+        &mut as_nobody(&d.socket, &["status"]),
+        exit_for("may not be opened"),
+    );
+    open(&d.socket, 0o666).unwrap();
+    util::run_code(
+        &mut as_nobody(&d.socket, &["pause"]),
+        exit_for("refused a change"),
+    );
+    // A "daemon" that accepts and hangs up without answering.
+    let mute = dir.path().join("mute.sock");
+    let listener = UnixListener::bind(&mute).unwrap();
+    let hangup = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        drop(s);
+    });
+    util::run_code(
+        util::pghotctl(&mute).arg("status"),
+        exit_for("connection failed midway"),
+    );
+    hangup.join().unwrap();
+    util::run_code(
+        ctl().args(["record", "--duration", "1", "-o", "/nonexistent/dir/trace"]),
+        exit_for("local file"),
+    );
+    // stdout that cannot be written (a full disk); a closed one is success (`| head`).
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    util::run_code(ctl().arg("status").stdout(full), exit_for("stdout or"));
+}
+
+#[test]
+fn top_once_prints_one_80x24_frame_and_top_json_prints_json() {
+    let d = Daemon::start(&[]);
+    let text = String::from_utf8(
+        util::run(
+            util::pghotctl(&d.socket).args(["top", "--once", "--interval", "0.3"]),
+            true,
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(text.lines().count(), 24, "{text}");
+    assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+    assert!(text.contains("PROMOTING"), "{text}");
+    assert!(text.contains("processes by samples/s"), "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with("pghotctl top --once: rates over 0."),
+        "{text}"
+    );
+    for args in [&["top", "--json"][..], &["top", "--once", "--json"]] {
+        let out = util::run(util::pghotctl(&d.socket).args(args), true);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(v["counters"].is_object(), "{args:?}: {v}");
+        assert_eq!(v["paused"], false);
+    }
+}
+
+#[test]
+fn pghotd_runs_without_a_socket_for_an_empty_path_and_reads_stdin_for_dash() {
+    let out = util::run(util::pghotd_bare().arg("--help"), true);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("an empty path turns it off"), "{text}");
+    assert!(text.contains("- for stdin"), "{text}");
+    for form in [
+        &["--control-socket", ""][..],
+        &["--control-socket="],
+        &["--socket", ""],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = dir.path().join("stats.json");
+        let mut child = util::pghotd_bare()
+            .args(form)
+            .args(["--source", "trace:-", "--dry-run", "--log", "info"])
+            .arg("--sysfs-root")
+            .arg(util::qemu_3node())
+            .arg("--stats-json")
+            .arg(&stats)
+            .stdin(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "# pghot-trace v1").unwrap();
+        for t in 0..3u64 {
+            writeln!(
+                stdin,
+                "{} 0 4242 4242 0x7f0000001000 - L extmem 2",
+                1_000_000 + t
+            )
+            .unwrap();
+        }
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{form:?}: {log}");
+        assert!(!log.contains("control socket"), "{form:?}: {log}");
+        let c = util::counters(&stats);
+        assert_eq!(
+            c["source_trace_samples"].as_u64(),
+            Some(3),
+            "{form:?}: {log}"
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! --json` and the metrics are made from, so names match); [`App`] keeps the last two and
 //! derives rates from them (counters only grow; the reader computes deltas); [`render`] draws an
 //! `App` into any ratatui backend, so the tests draw into a `TestBackend` and compare text.
-//! [`term`] owns the real terminal and the key loop.
+//! [`term`] owns the real terminal and the key loop; [`text_frame`] draws one frame as text
+//! (`top --once`).
 //!
 //! ```text
 //! pghotd up 1m05s  trace:/run/pghot.fifo                         PROMOTING  dry-run
@@ -86,6 +87,8 @@ pub struct App {
     pub message: Option<String>,
     /// Set while the daemon cannot be reached; the last data stays on screen, marked stale.
     pub error: Option<String>,
+    /// `p` was pressed while promoting: the key line asks, and only `y` pauses.
+    pub confirm_pause: bool,
 }
 
 impl Default for App {
@@ -99,6 +102,7 @@ impl Default for App {
             help: false,
             message: None,
             error: None,
+            confirm_pause: false,
         }
     }
 }
@@ -234,6 +238,47 @@ impl App {
     }
 }
 
+/// The key line while `p` waits for an answer.
+pub const CONFIRM_PAUSE: &str = "pause promotion? y pauses, any other key keeps promoting";
+
+/// `app` drawn into an off-screen `width` x `height` buffer, one text line per row with the
+/// trailing blanks trimmed.
+pub fn draw_text(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = ratatui::Terminal::new(ratatui::backend::TestBackend::new(width, height))
+        .expect("an in-memory backend does not fail");
+    terminal
+        .draw(|f| render(f, app))
+        .expect("an in-memory backend does not fail");
+    let buf = terminal.backend().buffer();
+    let mut out = String::new();
+    for y in 0..height {
+        let line: String = (0..width).map(|x| buf[(x, y)].symbol()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `pghotctl top --once`: the frame the live view would show after `previous` then `current`
+/// (rates between them), the ranges of `ranges_of` if given; the key line says what it is.
+pub fn text_frame(
+    previous: Snapshot,
+    current: Snapshot,
+    ranges_of: Option<u32>,
+    width: u16,
+    height: u16,
+) -> String {
+    let over = current.uptime_s - previous.uptime_s;
+    let mut app = App::default();
+    app.update(previous);
+    app.update(current);
+    if let Some(pid) = ranges_of {
+        app.mode = Mode::Ranges(pid);
+    }
+    app.message = Some(format!("pghotctl top --once: rates over {over:.1}s"));
+    draw_text(&app, width, height)
+}
+
 /// Draws the whole view.
 pub fn render(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -273,6 +318,7 @@ pub fn render(frame: &mut Frame, app: &App) {
         Mode::Ranges(pid) => render_ranges(frame, snap, pid, body),
     }
     let key_line = match (&app.message, app.mode) {
+        _ if app.confirm_pause => CONFIRM_PAUSE.to_string(),
         (Some(m), _) => m.clone(),
         (None, Mode::Processes) => {
             "q quit  s sort  p pause/resume  ↑↓ select  enter ranges  ? help".to_string()
@@ -450,7 +496,7 @@ fn render_help(frame: &mut Frame, area: Rect) {
     let text = [
         "q        quit",
         "s        sort by the next column",
-        "p        pause or resume promotion",
+        "p        pause promotion (asks first) or resume it",
         "↑ ↓ j k  select a process",
         "enter    hottest ranges of the selected process",
         "esc      back to the process list",

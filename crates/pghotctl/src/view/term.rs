@@ -63,6 +63,21 @@ fn event_loop(
         if key.kind != KeyEventKind::Press {
             continue;
         }
+        if app.confirm_pause {
+            app.confirm_pause = false;
+            app.message = Some(if key.code == KeyCode::Char('y') {
+                next = Instant::now();
+                match daemon.set_paused(true) {
+                    Ok(true) => "promotion paused (p resumes)".to_string(),
+                    Ok(false) => "promotion still running".to_string(),
+                    Err(e) => e,
+                }
+            } else {
+                "promotion not paused".to_string()
+            });
+            message_at = Instant::now();
+            continue;
+        }
         match key.code {
             KeyCode::Char('q') => return Ok(()),
             KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => return Ok(()),
@@ -70,10 +85,13 @@ fn event_loop(
                 app.sort = app.sort.next();
                 app.selected = 0;
             }
+            // Pausing stops every promotion: ask first. Resuming only undoes that.
+            KeyCode::Char('p') if !app.current.as_ref().is_some_and(|s| s.paused) => {
+                app.confirm_pause = true;
+            }
             KeyCode::Char('p') => {
-                let paused = app.current.as_ref().is_some_and(|s| s.paused);
-                app.message = Some(match daemon.set_paused(!paused) {
-                    Ok(true) => "promotion paused (p resumes)".to_string(),
+                app.message = Some(match daemon.set_paused(false) {
+                    Ok(true) => "promotion still paused".to_string(),
                     Ok(false) => "promotion resumed".to_string(),
                     Err(e) => e,
                 });

@@ -1,8 +1,5 @@
 //! Golden-text tests of the view, drawn into ratatui's TestBackend from fixed snapshots.
 
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
-
 use super::*;
 use pghot_protocol::PidCounts;
 use pghot_protocol::{NodeRow, RangeRow, RangesView};
@@ -82,16 +79,7 @@ fn app() -> App {
 }
 
 fn draw(app: &App, w: u16, h: u16) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
-    terminal.draw(|f| render(f, app)).unwrap();
-    let buf = terminal.backend().buffer().clone();
-    let mut out = String::new();
-    for y in 0..h {
-        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+    draw_text(app, w, h)
 }
 
 /// Compares with a golden file; `PGHOTD_BLESS=1 cargo test` rewrites it (review the diff).
@@ -167,4 +155,26 @@ fn degrades_when_small_or_without_a_daemon() {
         got.lines().nth(1).unwrap().starts_with("STALE: no pghotd"),
         "\n{got}"
     );
+}
+
+#[test]
+fn p_asks_in_the_key_line_before_it_pauses() {
+    let mut app = app();
+    app.confirm_pause = true;
+    let got = draw(&app, 80, 24);
+    assert_eq!(got.lines().nth(23), Some(CONFIRM_PAUSE), "\n{got}");
+    assert!(CONFIRM_PAUSE.contains("y pauses"));
+}
+
+#[test]
+fn the_once_frame_is_the_live_frame_with_its_own_key_line() {
+    let first = snapshot(60.0, 100_000, 100, 0, [50_000, 20_000, 1_000]);
+    let second = snapshot(62.0, 124_000, 124, 20 << 20, [62_000, 30_000, 1_100]);
+    let once = text_frame(first, second, None, 80, 24);
+    let live = draw(&app(), 80, 24);
+    let (once_body, once_keys) = once.trim_end_matches('\n').rsplit_once('\n').unwrap();
+    let (live_body, _) = live.trim_end_matches('\n').rsplit_once('\n').unwrap();
+    assert_eq!(once_body, live_body);
+    assert_eq!(once_keys, "pghotctl top --once: rates over 2.0s");
+    assert_eq!(once.lines().count(), 24);
 }
