@@ -13,7 +13,7 @@ pub enum SplitHistogram {
     /// too thin waits for more.
     PerFolio,
     /// The THP's own map where its samples suffice, else the folded histogram when that one
-    /// splits (see `per_folio`).
+    /// splits and the THP's own samples fit it (see `per_folio`).
     #[default]
     Auto,
 }

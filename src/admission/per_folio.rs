@@ -15,10 +15,14 @@
 //! At `s / seen >= 3`, `s / h` is at least 2.8 and at most 6 % of a hot run is unseen, so a
 //! 64 KiB run (16 subpages) still reads at or above the 0.75 heat density with high
 //! probability; at `s / seen = 1.6` (`s = h`) 37 % would be unseen and runs would read as
-//! sparse. Thinner THPs use the folded histogram under `auto` only when that one splits (an
-//! aligned shape, as the paper's workloads); a flat or dense fold says nothing about a THP
-//! whose runs sit elsewhere, so the THP waits for its own samples (its candidates are deferred
-//! as while a process's histogram is thin).
+//! sparse. Thinner THPs use the folded histogram under `auto` only when that one splits and
+//! the THP's own few samples fit its plan (at most `1 - split_coverage_pct` of them outside
+//! its hot subfolios): an aligned shape, as the paper's workloads. A flat or dense fold, or a
+//! split one that this THP's samples contradict, says nothing about a THP whose runs sit
+//! elsewhere (a fold of runs at random offsets is noisy, and early on it may split at an
+//! offset that is cold in most THPs: the first rig run of `runs-128k` promoted 53 such cold
+//! subfolios); the THP waits for its own samples (its candidates are deferred as while a
+//! process's histogram is thin).
 //!
 //! **Pages moved alone.** With its own map, a THP's hot subpages outside every subfolio that
 //! reaches the heat density (the ragged edges of a run at a random offset, or sparse hot pages)
@@ -86,6 +90,21 @@ impl ThpMap {
             samples,
             seen,
         }
+    }
+
+    /// Whether this THP's own (thin) samples fit a folded plan: at most `1 - coverage` of them
+    /// (20 % by default) fall outside the plan's hot subfolios. With no samples nothing
+    /// contradicts the plan.
+    ///
+    /// Worked example: a plan at order 4 whose hot subfolio is 16 (pages 256..272); 10 samples
+    /// at pages 258-262 and 2 at page 40: 2 of 12 outside, 17 % <= 20 %: fits. 3 at page 40:
+    /// 3 of 13, 23 %: does not.
+    pub fn agrees_with(&self, plan: &SplitPlan, coverage: f64) -> bool {
+        let outside: u64 = (0..SUBPAGES)
+            .filter(|&i| !plan.hot_subfolios.contains(i >> plan.order))
+            .map(|i| u64::from(self.counts[i]))
+            .sum();
+        outside as f64 <= (1.0 - coverage) * self.samples as f64 + 1e-9
     }
 
     /// Enough samples to decide on (see the module doc).
@@ -177,7 +196,9 @@ impl Admission {
                 samples: map.samples,
             });
             match (mode, self.decision(pid, now)) {
-                (SplitHistogram::Auto, d @ SplitDecision::Split(p)) if p.splits() => {
+                (SplitHistogram::Auto, d @ SplitDecision::Split(p))
+                    if p.splits() && map.agrees_with(&p, self.params.coverage) =>
+                {
                     RegionDecision {
                         decision: d,
                         on: DecidedOn::Folded,
@@ -270,6 +291,14 @@ impl<K: ThpKernel> AdmissionGate<K> {
         };
         // One address per hot subfolio and per page moved alone, the candidates' own first.
         let pid = group[0].key.pid();
+        let from = group[0].from_node;
+        // A page the table already places on another node went with an earlier move (this
+        // THP's decision is taken again for later candidates): it needs no rider.
+        let moved = |i: usize| {
+            PageKey::new(pid, region.start + i as u64 * PAGE_SIZE)
+                .and_then(|k| table.get(k))
+                .is_some_and(|e| e.node() != from)
+        };
         let mut moves: Vec<Candidate> = Vec::new();
         let mut selected = Subfolios::default();
         for i in 0..SUBPAGES {
@@ -280,6 +309,14 @@ impl<K: ThpKernel> AdmissionGate<K> {
             if !here.is_empty() {
                 moves.extend(here.into_iter().copied());
             } else if alone.contains(i) || first_of_hot {
+                let gone = if alone.contains(i) {
+                    moved(i)
+                } else {
+                    (i..i + len).filter(|&p| plan.hot.contains(p)).any(moved)
+                };
+                if gone {
+                    continue;
+                }
                 let vaddr = region.start + i as u64 * PAGE_SIZE;
                 let (Some(folio), Some(key)) = (after.folio_of(vaddr), PageKey::new(pid, vaddr))
                 else {
@@ -483,6 +520,39 @@ mod tests {
     }
 
     #[test]
+    fn a_thin_map_agrees_with_a_fold_that_holds_its_samples() {
+        let plan = match split::decide(
+            &std::array::from_fn(|i| u32::from((256..272).contains(&i)) * 50),
+            &SplitParams::default(),
+        ) {
+            SplitDecision::Split(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (plan.order, plan.hot_subfolios.iter().collect::<Vec<_>>()),
+            (4, vec![16])
+        );
+        let map = |outside: u32| {
+            let mut counts = [0; SUBPAGES];
+            counts[258..263].fill(2);
+            counts[40] = outside;
+            ThpMap {
+                counts,
+                samples: 10 + u64::from(outside),
+                seen: 6,
+            }
+        };
+        assert!(map(2).agrees_with(&plan, 0.8), "2 of 12 outside");
+        assert!(!map(3).agrees_with(&plan, 0.8), "3 of 13 outside");
+        let empty = ThpMap {
+            counts: [0; SUBPAGES],
+            samples: 0,
+            seen: 0,
+        };
+        assert!(empty.agrees_with(&plan, 0.8));
+    }
+
+    #[test]
     fn reading_a_map_counts_each_subpage_samples_from_the_table() {
         let r = rig(SplitHistogram::Auto);
         r.heat(A, [3u64, 4].into_iter(), 5);
@@ -646,6 +716,29 @@ mod tests {
         assert_eq!(Rig::moves(&batch), vec![('A', 2, REGION_BYTES)]);
         assert_eq!(r.stats.get(Counter::ThpSparseWhole), 1);
         assert!(r.gate.kernel.splits.is_empty());
+    }
+
+    /// B's 64 KiB cluster at pages 256..272 (10 samples each) makes the fold split at order 4,
+    /// subfolio 16. A THP with 2 samples of its own at page 40 contradicts that plan and waits;
+    /// one with 2 samples at page 260 fits it and is split by the fold.
+    #[test]
+    fn auto_takes_a_split_fold_only_where_the_thps_own_samples_fit_it() {
+        let mut r = rig(SplitHistogram::Auto);
+        r.heat(B, 256..272u64, 10);
+        r.heat(A, std::iter::once(40u64), 2);
+        let mut batch = vec![cand(A + 40 * P)];
+        r.admit(&mut batch, Headroom::UNLIMITED);
+        assert!(batch.is_empty());
+        assert_eq!(r.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
+        assert_eq!(r.stats.get(Counter::ThpSplitFolded), 0);
+
+        let mut r = rig(SplitHistogram::Auto);
+        r.heat(B, 256..272u64, 10);
+        r.heat(A, std::iter::once(260u64), 2);
+        let mut batch = vec![cand(A + 260 * P)];
+        r.admit(&mut batch, Headroom::UNLIMITED);
+        assert_eq!(Rig::moves(&batch), vec![('A', 260, 16 * 4096)]);
+        assert_eq!(r.stats.get(Counter::ThpSplitFolded), 1);
     }
 
     /// Thin own map (2 samples), folded histogram flat (every subpage of another THP sampled

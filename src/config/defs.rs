@@ -401,7 +401,7 @@ pub static SETTINGS: &[Setting] = &[
              paper's per-process histogram folded by offset, `\"per_folio\"` the THP's own \
              map from the hotness table's per-page counts (a THP with too few samples waits), \
              `\"auto\"` its own map where it holds enough samples, else the folded one when \
-             that one splits",
+             that one splits and the THP's own samples fit it",
         ),
     Setting::int(
         "admission.sample_period",
