@@ -189,15 +189,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
                 .kernel
                 .split(pid, start, start + REGION_BYTES, plan.order)
             {
-                self.kernel_failed(&e);
-                stats.add(
-                    if e.is_unavailable() {
-                        Counter::ThpSplitFailUnavailable
-                    } else {
-                        Counter::ThpSplitFailOther
-                    },
-                    1,
-                );
+                self.split_failed(&e, stats);
                 return None;
             }
             match self.kernel.region(pid, start) {
@@ -272,6 +264,19 @@ impl<K: ThpKernel> AdmissionGate<K> {
         );
     }
 
+    /// A split write failed: logged as `kernel_failed` does and counted.
+    pub(super) fn split_failed(&self, e: &ThpError, stats: &Stats) {
+        self.kernel_failed(e);
+        stats.add(
+            if e.is_unavailable() {
+                Counter::ThpSplitFailUnavailable
+            } else {
+                Counter::ThpSplitFailOther
+            },
+            1,
+        );
+    }
+
     pub(super) fn kernel_failed(&self, e: &ThpError) {
         if e.is_unavailable() {
             if self.admission.mark_split_unavailable() {
@@ -313,7 +318,7 @@ pub(super) fn by_folio(
     }
 }
 
-fn split_counter(order: u8) -> Counter {
+pub(super) fn split_counter(order: u8) -> Counter {
     match order {
         o if o <= MIN_SPLIT_ORDER => Counter::ThpSplitOrder64k,
         5 => Counter::ThpSplitOrder128k,
