@@ -27,7 +27,8 @@
 //! **Pages moved alone.** With its own map, a THP's hot subpages outside every subfolio that
 //! reaches the heat density (the ragged edges of a run at a random offset, or sparse hot pages)
 //! are moved at 4 KiB: their subfolio is split to order 0. Where no subfolio reaches the density
-//! at all (sparse heat), [`sparse_choice`] weighs the whole THP against its hot pages.
+//! at all (sparse heat), [`sparse_choice`] weighs the whole THP against its hot pages, and a
+//! THP whose hot pages move alone is split to order 0 whole, in one write.
 //!
 //! Decisions are made on the migrator thread, once per region per [`REGION_TTL`] (cached), never
 //! per sample: reading a map is 512 table lookups (BENCHMARKS.md, "split decision").
