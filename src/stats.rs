@@ -154,6 +154,10 @@ counters! {
     /// to say which part of a THP is hot (on a contended node); offered again on their next
     /// sample.
     PgpromoteDeferredFewSamples => "pgpromote_deferred_few_samples",
+    /// Candidates in a sparse THP (hot 4 KiB pages, no subfolio at the heat density) left on
+    /// the slow tier: the destination is contended and cannot take even the hot pages now
+    /// (`thp_sparse_left`); offered again on their next sample.
+    PgpromoteDeferredSparse => "pgpromote_deferred_sparse",
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio",
     /// Deferred: a write-heavy page while its node's traffic is read-dominant.
@@ -188,6 +192,21 @@ counters! {
     /// samples (`split_min_samples`) to split by, and promoting 2 MiB whole on that little
     /// evidence is what over-promotes.
     ThpSplitFewSamples => "thp_split_few_samples",
+    /// Split decisions made on the THP's own subpage map (its pages' counts in the hotness
+    /// table; `split_histogram` `per_folio` or `auto`).
+    ThpSplitPerFolio => "thp_split_per_folio",
+    /// Split decisions made on the process's folded histogram (`folded`, or `auto` where the
+    /// THP's own samples were too thin).
+    ThpSplitFolded => "thp_split_folded",
+    /// Hot 4 KiB pages promoted alone: their subfolio split to order 0 (sparse heat, or the
+    /// edge of a run that no aligned subfolio holds at the heat density).
+    ThpSplitBasePages => "thp_split_base_pages",
+    /// Sparse THPs (no subfolio at the heat density) promoted whole: the destination is not
+    /// contended and a quarter or more of the THP is hot.
+    ThpSparseWhole => "thp_sparse_whole",
+    /// Sparse THPs left on the slow tier: the destination is contended and cannot take even
+    /// their hot pages now; their candidates wait (offered again by a later sample).
+    ThpSparseLeft => "thp_sparse_left",
     /// Whole: the histogram is flat (entropy at or above `split_flat_entropy_pct`).
     ThpSplitFlat => "thp_split_flat",
     /// Whole: the whole 2 MiB reaches the heat density.
@@ -285,6 +304,7 @@ impl Counter {
         Counter::PgpromotePaused,
         Counter::PgpromoteDeferredDuplex,
         Counter::PgpromoteDeferredFewSamples,
+        Counter::PgpromoteDeferredSparse,
         Counter::PgpromoteSameFolio,
     ];
 

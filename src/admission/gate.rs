@@ -18,20 +18,22 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::per_folio::DecidedOn;
 use super::split::{MIN_SPLIT_ORDER, PMD_ORDER, SplitDecision, SplitPlan};
 use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
 use super::{Admission, duplex_admits};
 use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
-use crate::migrator::Admit;
+use crate::migrator::{Admit, Headroom};
 use crate::stats::{Counter, Stats};
+use crate::topology::NodeId;
 
 /// The admission a migrator runs; `K` is the kernel (or a fake).
 pub struct AdmissionGate<K: ThpKernel> {
-    admission: Arc<Admission>,
-    kernel: K,
+    pub(super) admission: Arc<Admission>,
+    pub(super) kernel: K,
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
-    dry_run: bool,
+    pub(super) dry_run: bool,
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -76,7 +78,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
         out: &mut Vec<Candidate>,
         table: &HotTable,
         stats: &Stats,
-        now: Instant,
+        (now, headroom): (Instant, &dyn Fn(NodeId) -> Headroom),
     ) {
         let pid = group[0].key.pid();
         let start = group[0].key.vaddr() & !(REGION_BYTES - 1);
@@ -105,26 +107,40 @@ impl<K: ThpKernel> AdmissionGate<K> {
         let plan = if !self.admission.contended(node) {
             Err(Counter::ThpSplitUncontended)
         } else {
-            match self.admission.decision(pid, now) {
+            let d = self.admission.region_decision(table, pid, start, now);
+            if !matches!(d.decision, SplitDecision::FewSamples { .. }) {
+                stats.add(
+                    match d.on {
+                        DecidedOn::PerFolio => Counter::ThpSplitPerFolio,
+                        DecidedOn::Folded => Counter::ThpSplitFolded,
+                    },
+                    1,
+                );
+            }
+            match d.decision {
                 SplitDecision::FewSamples { .. } => {
                     stats.add(Counter::ThpSplitFewSamples, 1);
-                    for c in group {
-                        if in_large(c) {
-                            stats.add(Counter::PgpromoteDeferredFewSamples, 1);
-                            table.unqueue(c.key);
-                        } else {
-                            out.push(*c);
-                        }
-                    }
+                    defer(
+                        group,
+                        in_large,
+                        Counter::PgpromoteDeferredFewSamples,
+                        out,
+                        table,
+                        stats,
+                    );
                     return;
                 }
                 SplitDecision::Flat { .. } => Err(Counter::ThpSplitFlat),
                 SplitDecision::Split(p) if !p.splits() => Err(Counter::ThpSplitDense),
-                SplitDecision::Split(p) => Ok(p),
+                SplitDecision::Split(p) => Ok((p, d.on)),
             }
         };
         let plan = match plan {
-            Ok(plan) => plan,
+            Ok((plan, DecidedOn::PerFolio)) => {
+                let room = headroom(group[0].to_node);
+                return self.per_folio(&region, &plan, group, out, (table, stats), room);
+            }
+            Ok((plan, DecidedOn::Folded)) => plan,
             Err(why_whole) => {
                 stats.add(why_whole, 1);
                 return by_folio(&region, group, out, stats);
@@ -148,7 +164,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
     }
 
     /// Splits the region and verifies it; `None` (counted) when it did not split.
-    fn split(
+    pub(super) fn split(
         &mut self,
         pid: u32,
         start: u64,
@@ -173,15 +189,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
                 .kernel
                 .split(pid, start, start + REGION_BYTES, plan.order)
             {
-                self.kernel_failed(&e);
-                stats.add(
-                    if e.is_unavailable() {
-                        Counter::ThpSplitFailUnavailable
-                    } else {
-                        Counter::ThpSplitFailOther
-                    },
-                    1,
-                );
+                self.split_failed(&e, stats);
                 return None;
             }
             match self.kernel.region(pid, start) {
@@ -256,7 +264,20 @@ impl<K: ThpKernel> AdmissionGate<K> {
         );
     }
 
-    fn kernel_failed(&self, e: &ThpError) {
+    /// A split write failed: logged as `kernel_failed` does and counted.
+    pub(super) fn split_failed(&self, e: &ThpError, stats: &Stats) {
+        self.kernel_failed(e);
+        stats.add(
+            if e.is_unavailable() {
+                Counter::ThpSplitFailUnavailable
+            } else {
+                Counter::ThpSplitFailOther
+            },
+            1,
+        );
+    }
+
+    pub(super) fn kernel_failed(&self, e: &ThpError) {
         if e.is_unavailable() {
             if self.admission.mark_split_unavailable() {
                 tracing::warn!("THP splitting turned off, THPs are promoted whole: {e}");
@@ -269,7 +290,12 @@ impl<K: ThpKernel> AdmissionGate<K> {
 
 /// One address per folio: the first candidate in each folio moves it, charged at the folio's
 /// size; later ones in the same folio are counted `pgpromote_same_folio`.
-fn by_folio(region: &Region, group: &[Candidate], out: &mut Vec<Candidate>, stats: &Stats) {
+pub(super) fn by_folio(
+    region: &Region,
+    group: &[Candidate],
+    out: &mut Vec<Candidate>,
+    stats: &Stats,
+) {
     let mut last_folio: Option<u16> = None;
     for c in group {
         match region.folio_of(c.key.vaddr()) {
@@ -292,7 +318,7 @@ fn by_folio(region: &Region, group: &[Candidate], out: &mut Vec<Candidate>, stat
     }
 }
 
-fn split_counter(order: u8) -> Counter {
+pub(super) fn split_counter(order: u8) -> Counter {
     match order {
         o if o <= MIN_SPLIT_ORDER => Counter::ThpSplitOrder64k,
         5 => Counter::ThpSplitOrder128k,
@@ -302,8 +328,33 @@ fn split_counter(order: u8) -> Counter {
     }
 }
 
+/// Un-queues the candidates in large folios (counted under `why`); base pages go on.
+pub(super) fn defer(
+    group: &[Candidate],
+    in_large: impl Fn(&Candidate) -> bool,
+    why: Counter,
+    out: &mut Vec<Candidate>,
+    table: &HotTable,
+    stats: &Stats,
+) {
+    for c in group {
+        if in_large(c) {
+            stats.add(why, 1);
+            table.unqueue(c.key);
+        } else {
+            out.push(*c);
+        }
+    }
+}
+
 impl<K: ThpKernel> Admit for AdmissionGate<K> {
-    fn admit(&mut self, batch: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+    fn admit(
+        &mut self,
+        batch: &mut Vec<Candidate>,
+        table: &HotTable,
+        stats: &Stats,
+        headroom: &dyn Fn(NodeId) -> Headroom,
+    ) {
         if !self.admission.config().full_duplex_nodes.is_empty() {
             self.duplex(batch, table, stats);
         }
@@ -318,7 +369,7 @@ impl<K: ThpKernel> Admit for AdmissionGate<K> {
             let region = |c: &Candidate| (c.key.pid(), c.key.vaddr() / REGION_BYTES);
             let r = region(&batch[start]);
             let end = start + batch[start..].iter().take_while(|c| region(c) == r).count();
-            self.region(&batch[start..end], &mut out, table, stats, now);
+            self.region(&batch[start..end], &mut out, table, stats, (now, headroom));
             start = end;
         }
         *batch = out;
@@ -326,7 +377,8 @@ impl<K: ThpKernel> Admit for AdmissionGate<K> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::super::config::SplitHistogram;
     use super::super::split::SUBPAGES;
     use super::super::thp::fake::FakeThp;
     use super::super::{AdmissionConfig, LocalAdmission};
@@ -334,10 +386,11 @@ mod tests {
     use crate::hotness::{HotnessConfig, Recorded};
     use crate::sample::{AccessOp, SourceKind};
 
-    const PID: u32 = 10;
+    pub(crate) const PID: u32 = 10;
     const BASE: u64 = 0x7f00_0000_0000;
 
-    fn cand(vaddr: u64) -> Candidate {
+    /// A 4 KiB candidate of `PID` from node 2 to node 0 (also for `per_folio`'s tests).
+    pub(crate) fn cand(vaddr: u64) -> Candidate {
         Candidate {
             key: PageKey::new(PID, vaddr).unwrap(),
             from_node: 2,
@@ -387,7 +440,8 @@ mod tests {
 
     impl Rig {
         fn admit(&mut self, batch: &mut Vec<Candidate>) {
-            self.gate.admit(batch, &self.table, &self.stats);
+            let unlimited = |_| Headroom::UNLIMITED;
+            self.gate.admit(batch, &self.table, &self.stats, &unlimited);
         }
         fn get(&self, c: Counter) -> u64 {
             self.stats.get(c)
@@ -476,8 +530,12 @@ mod tests {
 
     #[test]
     fn flat_uncontended_and_base_pages_are_not_split() {
-        // Flat: every subpage sampled alike.
-        let adm = Arc::new(Admission::new(split_config(), 2));
+        // Flat: every subpage sampled alike (the paper's folded histogram decides).
+        let folded = AdmissionConfig {
+            split_histogram: SplitHistogram::Folded,
+            ..split_config()
+        };
+        let adm = Arc::new(Admission::new(folded, 2));
         let mut local = adm.local();
         for t in 0..(SUBPAGES as u64 * 4) {
             feed(
@@ -562,12 +620,14 @@ mod tests {
             Recorded::Candidate
         );
 
-        // Once the histogram holds enough samples, the same THP is split.
+        // Once the histogram holds enough samples, the same THP is split (the THP's own map,
+        // 3 samples of one page, is still thin: the folded histogram's split is taken).
         for t in 0..2000u64 {
             let v = BASE + (256 + t % 16) * PAGE_SIZE;
             feed(&adm, &mut local, v, AccessOp::Load, t * 1_000_000);
         }
         local.flush(&adm);
+        adm.forget_regions();
         let mut batch = vec![cand(in_thp)];
         rig.admit(&mut batch);
         assert_eq!(

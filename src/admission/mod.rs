@@ -21,6 +21,7 @@ pub mod bloom;
 pub mod config;
 pub mod gate;
 pub mod histogram;
+pub mod per_folio;
 pub mod split;
 pub mod thp;
 pub mod traffic;
@@ -75,6 +76,8 @@ pub struct Admission {
     traffic: Vec<NodeTraffic>,
     full_duplex: Vec<bool>,
     decisions: Mutex<HashMap<u32, CachedDecision>>,
+    /// Per-THP decisions (`split_histogram` `per_folio`, `auto`), cached per region.
+    regions: Mutex<per_folio::RegionCache>,
     /// Set when the kernel cannot split (no debugfs, lockdown, no CAP_SYS_ADMIN for PFNs).
     split_unavailable: AtomicBool,
 }
@@ -99,6 +102,7 @@ impl Admission {
             traffic: (0..nodes).map(|_| NodeTraffic::default()).collect(),
             full_duplex,
             decisions: Mutex::new(HashMap::new()),
+            regions: Mutex::new(per_folio::RegionCache::default()),
             split_unavailable: AtomicBool::new(false),
             config,
         }
@@ -197,6 +201,11 @@ impl Admission {
         }
         decisions.insert(pid, CachedDecision { at: now, decision });
         decision
+    }
+
+    /// Forgets the cached region decisions, so the next candidate reads its THP's map again.
+    pub fn forget_regions(&self) {
+        self.regions.lock().clear();
     }
 
     /// What `pghotctl stats`/`top` show.

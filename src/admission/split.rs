@@ -63,6 +63,8 @@ pub struct SplitPlan {
     /// The hot threshold T (samples).
     pub threshold: u32,
     pub hot_subpages: u16,
+    /// Bit i: subpage i counts at least the threshold (the hot map of stage 2).
+    pub hot: Subfolios,
     /// Bit j: subfolio j (of the `512 / 2^order` in a THP) reaches the heat density.
     pub hot_subfolios: Subfolios,
 }
@@ -194,6 +196,7 @@ pub fn decide(counts: &[u32; SUBPAGES], params: &SplitParams) -> SplitDecision {
         entropy,
         threshold,
         hot_subpages: hot.len() as u16,
+        hot,
         hot_subfolios,
     })
 }

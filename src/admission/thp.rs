@@ -343,10 +343,14 @@ pub(crate) mod fake {
                 });
             }
             self.splits.push((pid, start, end, order));
+            // The range may be part of a region (a subfolio split further, issue 24).
+            let region = start & !(REGION_BYTES - 1);
+            let pages =
+                ((start - region) / PAGE_SIZE) as usize..((end - region) / PAGE_SIZE) as usize;
             if !self.refuse
-                && let Some(sizes) = self.regions.get_mut(&(pid, start))
+                && let Some(sizes) = self.regions.get_mut(&(pid, region))
             {
-                for s in sizes.iter_mut() {
+                for s in &mut sizes[pages] {
                     if *s > 1 << order {
                         *s = 1 << order;
                     }

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use super::setting::{Field, Setting, Written, field, text, texts};
+use crate::admission::config::SplitHistogram;
 use crate::conflicts::ConflictPolicy;
 use crate::sampler::SourceSpec;
 
@@ -428,6 +429,21 @@ pub static SETTINGS: &[Setting] = &[
              [default: {default}]",
     )
     .doc("split only while the slow node's estimated bandwidth reaches this; 0 is always"),
+    Setting::text("admission.split_histogram", SPLIT_HISTOGRAM)
+        .flag("split-histogram", "folded|per_folio|auto")
+        .help(
+            "Which subpage histogram a THP's split decision reads: the process's folded one \
+             (TierBPF), the THP's own from the hotness table, or its own where it holds enough \
+             samples [default: {default}]",
+        )
+        .allowed("`\"folded\"`, `\"per_folio\"`, `\"auto\"`")
+        .doc(
+            "which subpage histogram a THP's split decision reads: `\"folded\"` is the \
+             paper's per-process histogram folded by offset, `\"per_folio\"` the THP's own \
+             map from the hotness table's per-page counts (a THP with too few samples waits), \
+             `\"auto\"` its own map where it holds enough samples, else the folded one when \
+             that one splits and the THP's own samples fit it",
+        ),
     Setting::int(
         "admission.sample_period",
         1,
@@ -588,6 +604,15 @@ const CONFLICTS: Field = Field {
         Ok(())
     },
     copy: |from, to| to.conflicts = from.conflicts,
+};
+
+const SPLIT_HISTOGRAM: Field = Field {
+    get: |c| Some(Written::Text(c.admission.split_histogram.name().into())),
+    set: |c, value| {
+        c.admission.split_histogram = SplitHistogram::parse(&text(value)?)?;
+        Ok(())
+    },
+    copy: |from, to| to.admission.split_histogram = from.admission.split_histogram,
 };
 
 const METRICS_LISTEN: Field = Field {

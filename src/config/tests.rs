@@ -550,6 +550,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("admission.split_heat_density_pct", "75", Some((1, 100))),
     ("admission.split_min_samples", "64", Some((1, 1 << 30))),
     ("admission.split_contention_MBps", "0", Some((0, 1 << 30))),
+    ("admission.split_histogram", r#""auto""#, None),
     ("admission.sample_period", "null", Some((1, 1 << 32))),
     ("admission.full_duplex_nodes", "[]", Some((0, 1023))),
     ("admission.duplex_dominant_pct", "70", Some((51, 100))),

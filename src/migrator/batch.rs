@@ -4,9 +4,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::Migrator;
 use super::capacity::keep_hottest;
 use super::ratelimit::Clock;
+use super::{Headroom, Migrator};
 use crate::hotness::candidate::Candidate;
 use crate::movepages::{Mover, STATUS_UNWRITTEN, call_failure, page_failure};
 use crate::pidstats::PidCounts;
@@ -22,8 +22,17 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             batch.clear();
             return;
         }
-        if let Some(admission) = &mut self.admission {
-            admission.admit(batch, &self.table, &self.stats);
+        if self.admission.is_some() {
+            let headroom = self.headroom(batch);
+            let of = |to: NodeId| {
+                headroom
+                    .iter()
+                    .find(|(n, _)| *n == to)
+                    .map_or(Headroom::UNLIMITED, |(_, h)| *h)
+            };
+            if let Some(admission) = &mut self.admission {
+                admission.admit(batch, &self.table, &self.stats, &of);
+            }
         }
         // Groups are also by size: admission charges folios at their size, and a group's
         // watermark and rate limit count in units of one size.
@@ -48,6 +57,27 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             start = end;
         }
         batch.clear();
+    }
+
+    /// The headroom of each destination the batch names (a batch names one or a few).
+    fn headroom(&mut self, batch: &[Candidate]) -> Vec<(NodeId, Headroom)> {
+        let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
+        let mut out: Vec<(NodeId, Headroom)> = Vec::new();
+        for c in batch {
+            if out.iter().any(|(n, _)| *n == c.to_node) {
+                continue;
+            }
+            let room = self.watermark_room(c.to_node, 1);
+            out.push((
+                c.to_node,
+                Headroom {
+                    // No bucket yet: it starts full, one second at the rate.
+                    budget_bytes: self.limits.tokens(c.to_node).unwrap_or(rate),
+                    room_bytes: u64::try_from(room).unwrap_or(u64::MAX),
+                },
+            ));
+        }
+        out
     }
 
     /// Pages the destination can take before reaching its watermark; unlimited when its free

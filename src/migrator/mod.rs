@@ -85,7 +85,32 @@ impl Default for MigratorConfig {
 /// may defer candidates (each counted and made eligible again), and may replace a candidate by
 /// the folios to move for it, each charged at its size in `Candidate::bytes`.
 pub trait Admit: Send {
-    fn admit(&mut self, batch: &mut Vec<Candidate>, table: &HotTable, stats: &Stats);
+    /// `headroom` says what each destination can take now (see [`Headroom`]).
+    fn admit(
+        &mut self,
+        batch: &mut Vec<Candidate>,
+        table: &HotTable,
+        stats: &Stats,
+        headroom: &dyn Fn(NodeId) -> Headroom,
+    );
+}
+
+/// What a destination node can take now, as the migrator knows it before a batch: the bytes
+/// its rate-limit bucket holds (`promote_rate_limit_MBps`, one second of burst) and the bytes
+/// it has free above its watermark (`promote_min_free_pct`). Admission weighs a whole THP
+/// against its hot pages with it (issue 24).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Headroom {
+    pub budget_bytes: u64,
+    pub room_bytes: u64,
+}
+
+impl Headroom {
+    /// No limit known: a destination whose free memory cannot be read, and tests.
+    pub const UNLIMITED: Headroom = Headroom {
+        budget_bytes: u64::MAX,
+        room_bytes: u64::MAX,
+    };
 }
 
 /// Messages from the daemon to a migrator thread.

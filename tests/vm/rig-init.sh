@@ -258,6 +258,7 @@ RIG_SCOPE=pid
 RIG_WORKLOAD_ARGS=
 RIG_PGHOTD_ARGS=
 RIG_HOTPLUG_CYCLES=2
+RIG_THP_SHAPE=aligned
 # shellcheck disable=SC1091
 [ -r /etc/pghot-rig.conf ] && . /etc/pghot-rig.conf
 
@@ -277,7 +278,7 @@ for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
 done
 info "memory tiers:$tiers; cmdline: $(cat /proc/cmdline)"
 case $scenario in
-baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | hotplug) ;;
+baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | numab2-thp | hotplug) ;;
 *)
 	err "unknown or missing pghot.scenario '$scenario'"
 	finish
@@ -291,7 +292,7 @@ if [ "$scenario" = hotplug ]; then
 fi
 
 # --- scenario set-up before the workload --------------------------------------------------
-if [ "$scenario" = numab2 ]; then
+if [ "$scenario" = numab2 ] || [ "$scenario" = numab2-thp ]; then
 	echo 2 > /proc/sys/kernel/numa_balancing || err "cannot set kernel.numa_balancing=2"
 	if [ -n "$RIG_RATE_LIMIT_MBPS" ]; then
 		echo "$RIG_RATE_LIMIT_MBPS" > /proc/sys/kernel/numa_balancing_promote_rate_limit_MBps ||
@@ -305,14 +306,23 @@ else
 fi
 info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2>/dev/null) thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled)"
 
-# The TierBPF scenarios: THP=always, the hot set as 64 KiB clusters inside 2 MiB THPs (4 MiB:
-# one cluster in 64 of the buffer's 128 THPs), fed by emulated samples like pghotd-emu;
-# pghotd-thp-split runs pghotd with --split-thp, pghotd-thp-whole without admission.
+# The TierBPF scenarios: THP=always, the hot set shaped by RIG_THP_SHAPE inside 2 MiB THPs
+# (aligned: 4 MiB as 64 KiB clusters at one offset in 64 of the buffer's 128 THPs; runs-*: 8 MiB
+# as runs at random page offsets; sparse: 8 MiB of scattered 4 KiB pages; flat: one 8 MiB block,
+# four THPs hot through and through), fed by emulated samples like pghotd-emu; pghotd-thp-split
+# runs pghotd with --split-thp, pghotd-thp-whole without admission, numab2-thp the kernel's
+# NUMA balancing tiering mode on the same shape.
 case $scenario in
-pghotd-thp-*)
+pghotd-thp-* | numab2-thp)
 	echo always > /sys/kernel/mm/transparent_hugepage/enabled || err "cannot set THP=always"
-	RIG_PATTERN="hot-clusters"
-	RIG_HOT_MB=4
+	case ${RIG_THP_SHAPE:-aligned} in
+	aligned) RIG_PATTERN=hot-clusters RIG_HOT_MB=4 ;;
+	runs-64k | runs-128k | runs-256k) RIG_PATTERN=$RIG_THP_SHAPE RIG_HOT_MB=8 ;;
+	sparse) RIG_PATTERN=hot-scattered RIG_HOT_MB=8 ;;
+	flat) RIG_PATTERN=hot-block RIG_HOT_MB=8 ;;
+	*) err "unknown RIG_THP_SHAPE '$RIG_THP_SHAPE'" ;;
+	esac
+	info "thp shape ${RIG_THP_SHAPE:-aligned}: --pattern $RIG_PATTERN --hot-mb $RIG_HOT_MB"
 	RIG_WORKLOAD_ARGS="$RIG_WORKLOAD_ARGS --thp"
 	info "thp=$(cat /sys/kernel/mm/transparent_hugepage/enabled) khugepaged scan_sleep_ms=$(cat /sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs) split_huge_pages=$([ -e /sys/kernel/debug/split_huge_pages ] && echo present || echo missing)"
 	;;
@@ -448,7 +458,7 @@ case $scenario in
 baseline)
 	promoter_note=none
 	;;
-numab2)
+numab2 | numab2-thp)
 	# NUMAB2 has no promoter thread: scanning (task_numa_work) and hint faults run in the
 	# workload's own context, so its system time is the closest measure.
 	promoter_note=workload-stime
@@ -491,11 +501,11 @@ cat /proc/vmstat > /tmp/vmstat.after
 cpu=$(children_cpu /tmp/wl.times)
 wl_utime=${cpu% *}
 wl_stime=${cpu#* }
-[ "$scenario" = numab2 ] && promoter_cpu=$wl_stime
+case $scenario in numab2 | numab2-thp) promoter_cpu=$wl_stime ;; esac
 
 vm=$(awk 'NR == FNR { b[$1] = $2; next }
 	$1 ~ /^(numa_|pgpromote_|pgmigrate_|pgdemote_|thp_)/ { printf " vm_%s=%d", $1, $2 - b[$1] }' \
 	/tmp/vmstat.before /tmp/vmstat.after)
 awk_sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a - b }'; }
-echo "PGHOT-RIG-STATS scenario=$scenario errors=$errors wl_rc=$wl_rc wl_pid=${wl_pid:--} wl_utime_s=$wl_utime wl_stime_s=$wl_stime promoter=$promoter_note promoter_cpu_s=$promoter_cpu$extra$vm boot_s=$t_init placed_after_s=$(awk_sub "$t_placed" "$t_wl_start") workload_s=$(awk_sub "$t_wl_end" "$t_wl_start") teardown_s=$(awk_sub "$t_done" "$t_wl_end") guest_s=$(uptime_s)"
+echo "PGHOT-RIG-STATS scenario=$scenario thp_shape=$RIG_THP_SHAPE errors=$errors wl_rc=$wl_rc wl_pid=${wl_pid:--} wl_utime_s=$wl_utime wl_stime_s=$wl_stime promoter=$promoter_note promoter_cpu_s=$promoter_cpu$extra$vm boot_s=$t_init placed_after_s=$(awk_sub "$t_placed" "$t_wl_start") workload_s=$(awk_sub "$t_wl_end" "$t_wl_start") teardown_s=$(awk_sub "$t_done" "$t_wl_end") guest_s=$(uptime_s)"
 finish

@@ -23,15 +23,22 @@ usage() {
 usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
        tests/vm/rig.sh --guest debian [OPTIONS] service   (Debian with systemd; --guest debian -h)
   SCENARIO            baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon,
-                      or all (the six, in that order); pghotd-thp-split and pghotd-thp-whole
-                      (THP=always, 4 MiB hot as 64 KiB clusters in 2 MiB THPs, pghotd with and
-                      without --split-thp; not in all); hotplug (pghotd --source pagefault
+                      or all (the six, in that order); pghotd-thp-split, pghotd-thp-whole and
+                      numab2-thp (THP=always, the hot set shaped by --thp-shape inside 2 MiB
+                      THPs; pghotd with and without --split-thp, and NUMA balancing's tiering
+                      mode; not in all); hotplug (pghotd --source pagefault
                       while cpu 1 goes offline and comes back twice; not in all)
   --quick             10 s workload instead of 30 s
   --duration SECS     workload duration (overrides --quick)
   --pattern NAME      pghot-workload --pattern (default hot-scattered)
+  --thp-shape NAME    the THP scenarios' hot set: aligned (default: 4 MiB as 64 KiB clusters at
+                      one offset in 64 THPs), runs-64k, runs-128k, runs-256k (8 MiB as runs at
+                      random page offsets), sparse (8 MiB of scattered 4 KiB pages), flat (one
+                      8 MiB block: whole THPs hot); the buffer is 256 MiB
   --bar               check the pghotd-* scenarios that ran against their issues' bars
-                      (pghotd-thp-split: hot set >= 95 %, MB promoted / hot MB <= 1.5):
+                      (pghotd-thp-split: aligned: hot set >= 95 %, MB promoted / hot MB <= 1.5;
+                      runs-64k and runs-128k: hot set >= 95 %, over-promotion <= 50 % and
+                      below numab2-thp's if run):
                       pghotd-emu: hot set >= 99 %, over-promotion <= 2 %, 0 hint faults, time
                       to 99 % <= numab2's if run; pghotd-softdirty: hot set >= 99 %,
                       over-promotion <= 5 %, 0 hint faults; pghotd-damon: hot set >= 99 %,
@@ -94,6 +101,7 @@ esac
 duration=30
 duration_set=0
 pattern="hot-scattered"
+thp_shape=aligned
 bar=0
 keep_dir=
 workload_bin=
@@ -121,6 +129,7 @@ while [ $# -gt 0 ]; do
 	--quick) [ "$duration_set" = 1 ] || duration=10 ;;
 	--duration) need_arg "$@"; duration=$2; duration_set=1; shift ;;
 	--pattern) need_arg "$@"; pattern=$2; shift ;;
+	--thp-shape) need_arg "$@"; thp_shape=$2; shift ;;
 	--bar) bar=1 ;;
 	--keep-console) need_arg "$@"; keep_dir=$2; shift ;;
 	--workload-bin) need_arg "$@"; workload_bin=$2; shift ;;
@@ -140,9 +149,9 @@ while [ $# -gt 0 ]; do
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	all) scenarios+=("${all_scenarios[@]}") ;;
-	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | hotplug) scenarios+=("$1") ;;
+	baseline | numab2 | damon | pghotd-emu | pghotd-softdirty | pghotd-damon | pghotd-thp-split | pghotd-thp-whole | numab2-thp | hotplug) scenarios+=("$1") ;;
 	-*) log "unknown option $1"; usage ;;
-	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all, pghotd-thp-split, pghotd-thp-whole, hotplug)"; usage ;;
+	*) log "unknown scenario $1 (baseline, numab2, damon, pghotd-emu, pghotd-softdirty, pghotd-damon, all, pghotd-thp-split, pghotd-thp-whole, numab2-thp, hotplug)"; usage ;;
 	esac
 	shift
 done
@@ -150,6 +159,10 @@ done
 # Run each scenario once, in the order given.
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
 case $scope in pid | comm | churn) ;; *) log "--scope must be pid, comm or churn, not '$scope'"; usage ;; esac
+case $thp_shape in
+aligned | runs-64k | runs-128k | runs-256k | sparse | flat) ;;
+*) log "--thp-shape must be aligned, runs-64k, runs-128k, runs-256k, sparse or flat, not '$thp_shape'"; usage ;;
+esac
 [ -z "$rate_limit_mbps" ] || { is_uint "$rate_limit_mbps" && [ "$rate_limit_mbps" -gt 0 ]; } || {
 	log "--rate-limit-mbps must be a positive number of MB/s, not '$rate_limit_mbps'"
 	usage
@@ -230,6 +243,7 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "RIG_DAMON_MAX_REGIONS=$damon_max_regions"
 	echo "RIG_TLB_FLUSH_MS=$tlb_flush_ms"
 	echo "RIG_SCOPE=$scope"
+	echo "RIG_THP_SHAPE=$thp_shape"
 	echo "RIG_PGHOTD_ARGS=$(sq "$pghotd_args")"
 	echo "RIG_WORKLOAD_ARGS=$(sq "$workload_args")"
 } > "$root/etc/pghot-rig.conf"
@@ -251,7 +265,7 @@ tcg_retries=0
 results=()
 for s in "${scenarios[@]}"; do
 	append="console=ttyS0 panic=-1 quiet pghot.scenario=$s"
-	[ "$s" = numab2 ] || append="$append numa_balancing=disable"
+	case $s in numab2 | numab2-thp) ;; *) append="$append numa_balancing=disable" ;; esac
 	[ -z "$kernel_args" ] || append="$append $kernel_args"
 	log "$s: booting ($duration s workload, -cpu $PGHOT_VM_CPU, timeout ${timeout_s} s)"
 	console=$work/$s.console
@@ -331,6 +345,7 @@ for s in "${scenarios[@]}"; do
 			promoted_per_hot_mb: (if $pages != null and $hot_mb and $hot_mb > 0
 				then ($pages * 4 / 1024 / $hot_mb * 100 | round) / 100 else null end),
 			time_to_90_s: $wl.time_to_90_s,
+			time_to_95_s: $wl.time_to_95_s,
 			time_to_99_s: $wl.time_to_99_s,
 			promote_mb_per_s: $rate,
 			promoter_cpu_s: $g.promoter_cpu_s,
@@ -412,6 +427,10 @@ if [ ${#results[@]} -gt 0 ]; then
 				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x, a sampler giving up \(.samplers_gave_up)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
 			else empty end' <<< "${results[i]}"
 	done
+	# The THP scenarios: issue 24's figures, one line each.
+	for r in "${results[@]}"; do
+		jq -r 'select(.scenario | test("^(pghotd-thp-|numab2-thp)")) | "\(.scenario) [\(.guest.thp_shape)]: \(.hot_fast_pct) % of \(.hot_mb) MiB hot on fast nodes, over-promotion \(.over_promotion_pct) %, MB promoted / hot MB \(.promoted_per_hot_mb), time to 95 % \(.time_to_95_s // "never") s; thp_split_per_folio \(.pghotd.counters.thp_split_per_folio // "-"), thp_split_folded \(.pghotd.counters.thp_split_folded // "-"), thp_split_base_pages \(.pghotd.counters.thp_split_base_pages // "-"), thp_whole_promotions \(.pghotd.counters.thp_whole_promotions // "-"), vmstat thp_migration_success \(.vmstat.thp_migration_success // "-")"' <<< "$r"
+	done
 	# What the promoter cost the application beyond its accesses: time its workers waited for
 	# a CPU or slept (on pages under migration, among others) instead of running.
 	for r in "${results[@]}"; do
@@ -436,14 +455,15 @@ fi
 
 # --- the bar ------------------------------------------------------------------------------
 # bar_check SCENARIO JQ: JQ prints one line per miss for the scenario's result ($n: numab2's,
-# $d: damon's, null when they did not run).
+# $d: damon's, $t: numab2-thp's, null when they did not run).
 bar_check() {
-	local name=$1 expr=$2 r mine='' numab2=null damon=null misses
+	local name=$1 expr=$2 r mine='' numab2=null damon=null numab2_thp=null misses
 	for r in "${results[@]}"; do
 		case $(jq -r .scenario <<< "$r") in
 		"$name") mine=$r ;;
 		numab2) numab2=$r ;;
 		damon) damon=$r ;;
+		numab2-thp) numab2_thp=$r ;;
 		esac
 	done
 	if [ -z "$mine" ]; then
@@ -451,7 +471,7 @@ bar_check() {
 		status=1
 		return
 	fi
-	misses=$(jq -r --argjson n "$numab2" --argjson d "$damon" "[ $expr ] | .[]" <<< "$mine")
+	misses=$(jq -r --argjson n "$numab2" --argjson d "$damon" --argjson t "$numab2_thp" "[ $expr ] | .[]" <<< "$mine")
 	if [ -n "$misses" ]; then
 		log "bar: NOT MET for $name:"
 		while IFS= read -r m; do log "    $m"; done <<< "$misses"
@@ -476,8 +496,21 @@ if [ "$bar" = 1 ]; then
 			(if .over_promotion_pct != null and .over_promotion_pct <= 5 then empty else \"over-promotion \(.over_promotion_pct) % > 5 %\" end)"
 	fi
 	if has pghotd-thp-split; then
-		bar_check pghotd-thp-split "(if (.hot_fast_pct // -1) >= 95 then empty else \"hot clusters on fast nodes \(.hot_fast_pct) % < 95 %\" end),
+		case $thp_shape in
+		aligned)
+			bar_check pghotd-thp-split "(if (.hot_fast_pct // -1) >= 95 then empty else \"hot clusters on fast nodes \(.hot_fast_pct) % < 95 %\" end),
 			(if .promoted_per_hot_mb != null and .promoted_per_hot_mb <= 1.5 then empty else \"MB promoted / hot MB \(.promoted_per_hot_mb) > 1.5\" end)"
+			;;
+		runs-64k | runs-128k)
+			# Issue 24: 8 MiB hot as runs at random offsets in 256 MiB.
+			bar_check pghotd-thp-split "(if (.hot_fast_pct // -1) >= 95 then empty else \"hot runs on fast nodes \(.hot_fast_pct) % < 95 %\" end),
+			(if .over_promotion_pct != null and .over_promotion_pct <= 50 then empty else \"over-promotion \(.over_promotion_pct) % > 50 %\" end),
+			(if \$t == null or \$t.over_promotion_pct == null then empty
+			 elif .over_promotion_pct < \$t.over_promotion_pct then empty
+			 else \"over-promotion \(.over_promotion_pct) % not below numab2-thp's \(\$t.over_promotion_pct) %\" end)"
+			;;
+		*) log "bar: no bar for pghotd-thp-split with --thp-shape $thp_shape (figures only)" ;;
+		esac
 	fi
 	if has hotplug; then
 		# perf_fds: at start, then after each offline and each online phase: S,S-1,S,S-1,S...

@@ -12,9 +12,13 @@
 //! reported as the full-size equivalent (scaled cost times the scale).
 //!
 //! Everything is deterministic for a seed: one SplitMix64 stream per run, no wall clock.
+//!
+//! [`thp`] is a second, smaller lab: the rig's THP shapes (issue 24) against pghotd's THP
+//! admission (`pghot-sim --thp-matrix`).
 
 pub mod baselines;
 pub mod memory;
+pub mod thp;
 pub mod workload;
 
 use std::sync::Arc;

@@ -5,12 +5,14 @@
 //! ```text
 //! pghot-sim --workload pointer-chase --period auto --json
 //! pghot-sim --compare pointer-chase      # the pghot series' comparison table
+//! pghot-sim --thp-matrix                 # THP shapes x THP admission policies (issue 24)
 //! ```
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
+use pghot_sim::thp::{ThpParams, ThpPolicy, ThpShape, run_thp, thp_table};
 use pghot_sim::workload::Shape;
 use pghot_sim::{CostModel, PeriodSetting, PghotdPolicy, Policy, Report, SimParams, run};
 
@@ -76,6 +78,14 @@ struct Args {
     /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies.
     #[arg(long, value_enum)]
     compare: Option<Shape>,
+    /// Run the THP lab instead: every `--thp-shape` (all of them if none is given) under
+    /// NUMAB2's model, pghotd without admission and pghotd --split-thp with each
+    /// split_histogram, over 256 MiB of THPs for `--duration` s (use 10 for the rig's --quick).
+    #[arg(long)]
+    thp_matrix: bool,
+    /// A THP lab shape; repeat for several.
+    #[arg(long, value_enum)]
+    thp_shape: Vec<ThpShape>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -119,6 +129,9 @@ fn scale(s: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.thp_matrix {
+        return thp_matrix(&args);
+    }
     let mut costs = CostModel::default();
     if let Some(ns) = args.migrate_cpu_ns {
         costs.migrate_cpu_ns = ns;
@@ -204,12 +217,8 @@ fn main() -> ExitCode {
     for params in &runs {
         let report = run(params);
         if args.json {
-            match serde_json::to_string(&report) {
-                Ok(line) => println!("{line}"),
-                Err(e) => {
-                    eprintln!("pghot-sim: writing JSON: {e}");
-                    return ExitCode::FAILURE;
-                }
+            if !print_json(&report) {
+                return ExitCode::FAILURE;
             }
         } else if args.timeline {
             print_timeline(&report);
@@ -218,6 +227,52 @@ fn main() -> ExitCode {
     }
     if !args.json {
         print_table(&reports);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Prints one report as a JSON line; false (said on stderr) when it cannot be written.
+fn print_json(report: &impl serde::Serialize) -> bool {
+    match serde_json::to_string(report) {
+        Ok(line) => {
+            println!("{line}");
+            true
+        }
+        Err(e) => {
+            eprintln!("pghot-sim: writing JSON: {e}");
+            false
+        }
+    }
+}
+
+/// `--thp-matrix`: every shape asked for under every THP policy.
+fn thp_matrix(args: &Args) -> ExitCode {
+    let shapes = if args.thp_shape.is_empty() {
+        ThpShape::ALL.to_vec()
+    } else {
+        args.thp_shape.clone()
+    };
+    let mut reports = Vec::new();
+    for shape in shapes {
+        for policy in ThpPolicy::ALL {
+            let report = run_thp(&ThpParams {
+                duration_s: args.duration,
+                seed: args.seed,
+                ..ThpParams::new(shape, policy)
+            });
+            if args.json && !print_json(&report) {
+                return ExitCode::FAILURE;
+            }
+            reports.push(report);
+        }
+    }
+    if !args.json {
+        println!(
+            "THP lab: 256 MiB of THPs on the slow node, 20000 samples/s over the hot set, {} s, \
+             seed {}",
+            args.duration, args.seed
+        );
+        print!("{}", thp_table(&reports));
     }
     ExitCode::SUCCESS
 }

@@ -101,6 +101,16 @@ impl Options {
                     size_mb: self.size_mb,
                 });
             }
+            // Runs at random places need room to fall without overlapping (see run_pages).
+            if self.pattern.run_pages().is_some()
+                && self.hot_mb.saturating_mul(RUNS_SPREAD) > self.size_mb
+            {
+                return Err(WorkloadError::RunsDoNotFit {
+                    pattern: self.pattern,
+                    hot_mb: self.hot_mb,
+                    size_mb: self.size_mb,
+                });
+            }
         }
         if !(1..=MAX_THREADS).contains(&self.threads) {
             return bad(
@@ -142,6 +152,8 @@ impl Options {
 
 /// `hot-clusters` spreads its hot set 32-fold: one 64 KiB cluster per 2 MiB region.
 const CLUSTERS_SPREAD: u64 = 32;
+/// The `runs-*` patterns keep their hot set to at most a quarter of the buffer.
+const RUNS_SPREAD: u64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
@@ -159,6 +171,16 @@ pub enum WorkloadError {
         hot_mb * CLUSTERS_SPREAD
     )]
     ClustersDoNotFit { hot_mb: u64, size_mb: u64 },
+    #[error(
+        "--pattern {pattern} --hot-mb {hot_mb}: runs at random places keep the hot set to a \
+         quarter of the buffer, so {hot_mb} MiB needs --size-mb {} or more (got {size_mb})",
+        hot_mb * RUNS_SPREAD
+    )]
+    RunsDoNotFit {
+        pattern: Pattern,
+        hot_mb: u64,
+        size_mb: u64,
+    },
     #[error("reading the NUMA topology: {0}")]
     Topology(#[from] TopologyError),
     #[error("--node {node}: not a memory node of this machine (memory nodes: {available})")]
@@ -207,6 +229,7 @@ impl WorkloadError {
             WorkloadError::BadArg { .. }
             | WorkloadError::HotLargerThanSize { .. }
             | WorkloadError::ClustersDoNotFit { .. }
+            | WorkloadError::RunsDoNotFit { .. }
             | WorkloadError::NoSuchNode { .. }
             | WorkloadError::Mmap { .. }
             | WorkloadError::Madvise { .. }
@@ -292,5 +315,23 @@ mod tests {
             "the hot set is what was asked"
         );
         assert_eq!(options().hot_pages(), 8192);
+        // runs-128k: 8 MiB of runs needs 32 MiB of buffer.
+        let runs = |size_mb| Options {
+            pattern: Pattern::Runs128k,
+            size_mb,
+            hot_mb: 8,
+            ..options()
+        };
+        let err = runs(31).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--pattern runs-128k --hot-mb 8: runs at random places keep the hot set to a \
+             quarter of the buffer, so 8 MiB needs --size-mb 32 or more (got 31)"
+        );
+        assert_eq!(err.exit_code(), EXIT_USAGE);
+        let ok = runs(32);
+        ok.validate().unwrap();
+        let plan = pattern::Plan::new(ok.pattern, ok.pages(), ok.hot_pages(), 0, 1);
+        assert_eq!(plan.hot_count(), ok.hot_pages(), "every run placed");
     }
 }

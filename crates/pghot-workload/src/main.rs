@@ -32,6 +32,9 @@ struct Cli {
             ("pattern", "zipf"),
             ("pattern", "chase"),
             ("pattern", "hot-clusters"),
+            ("pattern", "runs-64k"),
+            ("pattern", "runs-128k"),
+            ("pattern", "runs-256k"),
         ])
     )]
     hot_mb: Option<u64>,

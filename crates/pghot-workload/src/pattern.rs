@@ -12,10 +12,13 @@
 //! | `zipf` | the `hot_pages` highest ranks | Zipf(0.99) over ranks, ranks shuffled over pages |
 //! | `chase` | as `hot-scattered` | a dependent pointer chase around one random cycle |
 //! | `hot-clusters` | 64 KiB clusters, one in each of `hot_pages / 16` random 2 MiB regions, all at the same random 64 KiB-aligned offset | uniform over the hot set |
+//! | `runs-64k`, `runs-128k`, `runs-256k` | runs of that size, each starting at a random 4 KiB page of the buffer (so at a different offset in each 2 MiB region, some across two), not overlapping | uniform over the hot set |
 //!
 //! `hot-clusters` is the THP-splitting workload of the TierBPF issue: with `--thp` each cluster
 //! is the hot part of a 2 MiB THP, and every THP has it at the same offset, the shape the
-//! per-process subpage histogram sees in the paper's Figure 1 workloads.
+//! per-process subpage histogram sees in the paper's Figure 1 workloads. The `runs-*` patterns
+//! are issue 24's shapes: hot runs at different offsets in different THPs, which a histogram
+//! folded by offset sees as nearly flat.
 //!
 //! For `chase` each hot page holds one 64-byte slot (at a random line) whose first word is the
 //! word index of the next slot in the cycle; [`Plan::init_memory`] writes them, and a store
@@ -50,6 +53,15 @@ pub enum Pattern {
     Chase,
     /// `--hot-mb` as 64 KiB clusters, one per random 2 MiB region, at one offset in each.
     HotClusters,
+    /// `--hot-mb` as 64 KiB runs, each at a random 4 KiB page of the buffer.
+    #[value(name = "runs-64k")]
+    Runs64k,
+    /// `--hot-mb` as 128 KiB runs, each at a random 4 KiB page of the buffer.
+    #[value(name = "runs-128k")]
+    Runs128k,
+    /// `--hot-mb` as 256 KiB runs, each at a random 4 KiB page of the buffer.
+    #[value(name = "runs-256k")]
+    Runs256k,
 }
 
 impl Pattern {
@@ -61,6 +73,19 @@ impl Pattern {
             Pattern::Zipf => "zipf",
             Pattern::Chase => "chase",
             Pattern::HotClusters => "hot-clusters",
+            Pattern::Runs64k => "runs-64k",
+            Pattern::Runs128k => "runs-128k",
+            Pattern::Runs256k => "runs-256k",
+        }
+    }
+
+    /// Pages per run of a `runs-*` pattern.
+    pub const fn run_pages(self) -> Option<usize> {
+        match self {
+            Pattern::Runs64k => Some(16),
+            Pattern::Runs128k => Some(32),
+            Pattern::Runs256k => Some(64),
+            _ => None,
         }
     }
 
@@ -154,6 +179,14 @@ impl Plan {
                 } else {
                     Kind::Scattered { hot }
                 }
+            }
+            Pattern::Runs64k | Pattern::Runs128k | Pattern::Runs256k => {
+                let run = pattern.run_pages().unwrap_or(1);
+                let hot = run_pages(&mut rng, pages, hot_pages, run);
+                for &p in &hot {
+                    is_hot[p as usize] = true;
+                }
+                Kind::Scattered { hot }
             }
             Pattern::HotClusters => {
                 let hot = cluster_pages(&mut rng, pages, hot_pages);
@@ -294,6 +327,28 @@ fn cluster_pages(rng: &mut SplitMix64, pages: usize, k: usize) -> Vec<u32> {
             (first..(first + CLUSTER_PAGES).min(pages)).map(|p| p as u32)
         })
         .collect()
+}
+
+/// `runs-*`: `k / run` runs (at least one) of `run` pages, each at a random page of the buffer,
+/// not overlapping. A start that would overlap a placed run is drawn again, at most 64 times
+/// per run on average (the caller keeps the hot set at most a quarter of the buffer, where a
+/// draw fails with probability under one half).
+fn run_pages(rng: &mut SplitMix64, pages: usize, k: usize, run: usize) -> Vec<u32> {
+    let run = run.min(pages);
+    let runs = (k / run).max(1);
+    let mut taken = vec![false; pages];
+    let mut hot = Vec::with_capacity(runs * run);
+    let mut draws = 0;
+    while hot.len() < runs * run && draws < runs * 64 {
+        draws += 1;
+        let start = rng.below((pages - run + 1) as u64) as usize;
+        if taken[start..start + run].contains(&true) {
+            continue;
+        }
+        taken[start..start + run].fill(true);
+        hot.extend((start..start + run).map(|p| p as u32));
+    }
+    hot
 }
 
 fn choose_pages(rng: &mut SplitMix64, pages: usize, k: usize) -> Vec<u32> {
@@ -510,6 +565,33 @@ mod tests {
     }
 
     #[test]
+    fn runs_are_whole_at_page_offsets_that_differ_from_region_to_region() {
+        // 40 runs of 32 pages (128 KiB) in 256 regions: 1280 hot pages in runs of exactly 32.
+        let plan = Plan::new(Pattern::Runs128k, 256 * 512, 40 * 32 + 7, 0, 3);
+        let hot = hot_list(&plan);
+        assert_eq!(plan.hot_count(), 40 * 32);
+        let starts: Vec<usize> = hot
+            .iter()
+            .copied()
+            .filter(|&p| p == 0 || !plan.is_hot()[p - 1])
+            .collect();
+        // Two runs placed back to back read as one longer stretch: each stretch of hot pages
+        // is a whole number of runs.
+        let mut total = 0;
+        for &s in &starts {
+            let len = (s..)
+                .take_while(|&p| p < plan.pages() && plan.is_hot()[p])
+                .count();
+            assert_eq!(len % 32, 0, "run at {s} of {len} pages");
+            total += len;
+        }
+        assert_eq!(total, 40 * 32);
+        // Offsets within the 2 MiB regions differ (one shared offset would be hot-clusters).
+        let offsets: std::collections::HashSet<usize> = starts.iter().map(|s| s % 512).collect();
+        assert!(offsets.len() > 30, "{} distinct offsets", offsets.len());
+    }
+
+    #[test]
     fn same_seed_same_run_other_seed_other_run() {
         for pattern in [
             Pattern::HotScattered,
@@ -517,6 +599,7 @@ mod tests {
             Pattern::Uniform,
             Pattern::Zipf,
             Pattern::Chase,
+            Pattern::Runs64k,
         ] {
             let a = Plan::new(pattern, PAGES, HOT, 30, 11);
             let b = Plan::new(pattern, PAGES, HOT, 30, 11);

@@ -55,6 +55,7 @@ pub fn ns_per_access(elapsed_ns: f64, threads: usize, accesses: u64) -> f64 {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Milestones {
     pub to_90_s: Option<f64>,
+    pub to_95_s: Option<f64>,
     pub to_99_s: Option<f64>,
 }
 
@@ -63,6 +64,9 @@ impl Milestones {
         let pct = tick.share.hot_fast_pct;
         if pct >= 90.0 && self.to_90_s.is_none() {
             self.to_90_s = Some(tick.t_s);
+        }
+        if pct >= 95.0 && self.to_95_s.is_none() {
+            self.to_95_s = Some(tick.t_s);
         }
         if pct >= 99.0 && self.to_99_s.is_none() {
             self.to_99_s = Some(tick.t_s);
@@ -86,6 +90,7 @@ pub struct RunResult {
     pub hot_fast_pct: f64,
     pub cold_fast_mb: f64,
     pub time_to_90_s: Option<f64>,
+    pub time_to_95_s: Option<f64>,
     pub time_to_99_s: Option<f64>,
     /// Where the workers' time went (run, runqueue, blocked); `null` without schedstat.
     pub workers: Option<WorkerTimes>,

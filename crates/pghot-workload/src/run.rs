@@ -124,6 +124,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         hot_fast_pct: round(outcome.last.share.hot_fast_pct, 2),
         cold_fast_mb: round(outcome.last.share.cold_fast_mb, 3),
         time_to_90_s: outcome.milestones.to_90_s.map(|t| round(t, 3)),
+        time_to_95_s: outcome.milestones.to_95_s.map(|t| round(t, 3)),
         time_to_99_s: outcome.milestones.to_99_s.map(|t| round(t, 3)),
         workers: outcome.workers,
         initial_on_node_pct: round(initial_on_node_pct, 2),

@@ -255,3 +255,57 @@ fn promotion_updates_the_table() {
     let e = rig.table.get(c.key).unwrap();
     assert_eq!((e.node(), e.is_queued()), (1, false));
 }
+
+/// Records the headroom admission is shown for node 0 before each batch.
+struct SeesHeadroom(Arc<parking_lot::Mutex<Vec<Headroom>>>);
+
+impl Admit for SeesHeadroom {
+    fn admit(
+        &mut self,
+        _: &mut Vec<Candidate>,
+        _: &HotTable,
+        _: &Stats,
+        headroom: &dyn Fn(NodeId) -> Headroom,
+    ) {
+        self.0.lock().push(headroom(0));
+    }
+}
+
+#[test]
+fn admission_sees_each_destinations_budget_and_room() {
+    let (rig, free) = rig_with_free(MigratorConfig {
+        promote_rate_limit_mbps: 64,
+        ..MigratorConfig::default()
+    });
+    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut rig = Rig {
+        migrator: rig
+            .migrator
+            .with_admission(Box::new(SeesHeadroom(Arc::clone(&seen)))),
+        ..rig
+    };
+    // 1000 kB free above node 0's 2 % reserve.
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 1000);
+    map(&rig, 10, 0..10);
+    let mut batch: Vec<Candidate> = (0..10).map(|p| cand(10, p, 0)).collect();
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 10);
+    let mut batch = vec![cand(10, 20, 0)];
+    rig.migrator.process(&mut batch);
+    // First batch: no bucket yet, so one second at 64 MiB/s; then 10 pages (40 KiB) fewer,
+    // the clock not having moved.
+    let mib64 = 64 << 20;
+    assert_eq!(
+        *seen.lock(),
+        vec![
+            Headroom {
+                budget_bytes: mib64,
+                room_bytes: 1000 * 1024,
+            },
+            Headroom {
+                budget_bytes: mib64 - 10 * PAGE_SIZE,
+                room_bytes: 1000 * 1024,
+            },
+        ]
+    );
+}
