@@ -251,3 +251,57 @@ fn a_directory_or_a_missing_file_is_named() {
         "{text}"
     );
 }
+
+#[test]
+fn records_go_to_their_event_by_id_and_a_longer_raw_is_still_decoded() {
+    // Two events, as `perf record -a` writes them (it adds a `dummy` software event for
+    // side-band records): both carry IDENTIFIER (bit 16), the first u64 of each sample, which
+    // HEADER_EVENT_DESC's id lists map to the event.
+    let sample_type = IBS_SAMPLE_TYPE | 1 << 16;
+    let format = SampleFormat::new(sample_type).unwrap();
+    let mut longer = cxl_load_past_l2();
+    longer.extend_from_slice(&[0xab; 8]); // a register a newer kernel appended
+    let sample = |id: u64, raw: &[u8]| {
+        rec::sample(
+            format,
+            &SampleRecord {
+                misc: 2,
+                id,
+                pid: 77,
+                addr: VADDR,
+                raw: Some(raw),
+                ..rec::empty()
+            },
+        )
+    };
+    let plain = cxl_load_past_l2();
+    let file = PerfDataFile {
+        events: vec![
+            Event {
+                name: "ibs_op//".into(),
+                pmu_type: FOREIGN_IBS_TYPE,
+                config: 0,
+                sample_type,
+                period: 4096,
+                ids: vec![10, 11],
+            },
+            Event {
+                name: "dummy:HG".into(),
+                pmu_type: 1, // PERF_TYPE_SOFTWARE
+                config: 9,   // PERF_COUNT_SW_DUMMY (include/uapi/linux/perf_event.h)
+                sample_type,
+                period: 1,
+                ids: vec![20, 21],
+            },
+        ],
+        pmus: amd_pmus(),
+        cpuid: Some("AuthenticAMD,25,17,1".into()),
+        records: vec![sample(11, &plain), sample(21, &plain), sample(10, &longer)],
+    };
+    let (done, got) = replay_bytes(file.to_bytes()).unwrap();
+    assert_eq!((done.samples, done.skipped), (2, 1));
+    assert_eq!(got.count_of(Counter::PerfDataSkippedSamples), 1);
+    let sources: Vec<DataSource> = got.samples.iter().map(|s| s.served_from).collect();
+    assert_eq!(sources, [DataSource::ExtMem; 2]);
+    assert_eq!(got.count_of(Counter::IbsRawLongerThanKnown), 1);
+}
