@@ -305,3 +305,50 @@ fn records_go_to_their_event_by_id_and_a_longer_raw_is_still_decoded() {
     assert_eq!(sources, [DataSource::ExtMem; 2]);
     assert_eq!(got.count_of(Counter::IbsRawLongerThanKnown), 1);
 }
+
+#[test]
+fn pebs_from_a_hybrid_intel_box_is_read_by_its_core_pmus_name() {
+    // `perf mem record` on a hybrid part: mem-loads on `cpu_core`, whose type number there (8
+    // here, made up) is not this VM's. sample_type IP|TID|TIME|ADDR|CPU|WEIGHT|DATA_SRC|
+    // PHYS_ADDR|IDENTIFIER.
+    let sample_type = IBS_SAMPLE_TYPE & !0x400 | 1 << 16;
+    let format = SampleFormat::new(sample_type).unwrap();
+    // A load served by local RAM, by `union perf_mem_data_src` in include/uapi/linux/perf_event.h:
+    // mem_op bits 0-4 = PERF_MEM_OP_LOAD 0x02; mem_lvl bits 5-18 = PERF_MEM_LVL_HIT 0x02 |
+    // PERF_MEM_LVL_LOC_RAM 0x40; mem_lvl_num bits 33-36 = PERF_MEM_LVLNUM_RAM 0x0d.
+    let local_ram = 0x02 | (0x02 | 0x40) << 5 | 0x0d << 33;
+    let record = rec::sample(
+        format,
+        &SampleRecord {
+            misc: 2,
+            id: 30,
+            pid: 99,
+            addr: VADDR,
+            weight: 250,
+            data_src: local_ram,
+            ..rec::empty()
+        },
+    );
+    let file = PerfDataFile {
+        events: vec![Event {
+            name: "cpu_core/mem-loads,ldlat=30/P".into(),
+            pmu_type: 8,
+            config: 0x1cd,
+            sample_type,
+            period: 4000,
+            ids: vec![30],
+        }],
+        pmus: vec![(8, "cpu_core".into()), (10, "cpu_atom".into())],
+        cpuid: Some("GenuineIntel,6,183,1".into()),
+        records: vec![record],
+    };
+    let (done, got) = replay_bytes(file.to_bytes()).unwrap();
+    assert_eq!(done.samples, 1);
+    let s = got.samples[0];
+    assert_eq!((s.source, s.op), (SourceKind::Pebs, AccessOp::Load));
+    assert_eq!(
+        (s.served_from, s.latency),
+        (DataSource::LocalDram, Some(250))
+    );
+    assert_eq!((s.pid, s.vaddr), (99, VADDR));
+}
