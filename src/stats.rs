@@ -248,6 +248,8 @@ counters! {
     PerfUnthrottleEvents => "perf_unthrottle_events",
     /// Perf records that could not be parsed (or a corrupt ring batch), skipped.
     PerfBadRecords => "perf_bad_records",
+    /// Sample records of a perf.data file's events that pghotd does not decode, skipped.
+    PerfDataSkippedSamples => "perfdata_skipped_samples",
     /// Managed pids a software source (damon, softdirty) saw exit; each is logged once.
     SourcePidExits => "source_pid_exits",
     /// DAMON snapshots taken (`update_schemes_tried_regions`), one per aggregation interval.

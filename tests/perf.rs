@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use pghotd::sampler::trace::parse_line;
 use serde_json::Value;
 
-use util::{counters, pghotd, run, workload};
+use util::{counters, pghotd, run, workload, workload_buffer_and_pid};
 
 /// Waits until the daemon's log says that sampling runs, and keeps draining its stderr.
 fn wait_for_sampling(child: &mut std::process::Child) -> std::thread::JoinHandle<String> {
@@ -72,26 +72,7 @@ fn pagefault_source_sees_a_child_fault_in_its_buffer_and_the_counters_add_up() {
         ]),
         true,
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let result: Value = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .map(|j| serde_json::from_str(j).unwrap())
-        .expect("RESULT line");
-    let child = result["pid"].as_u64().unwrap() as u32;
-    let (lo, hi) = stdout
-        .lines()
-        .find(|l| l.starts_with("start:"))
-        .and_then(|l| {
-            l.split_whitespace()
-                .find_map(|kv| kv.strip_prefix("buffer="))
-        })
-        .and_then(|r| r.split_once('-'))
-        .map(|(a, b)| {
-            let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-            (hex(a), hex(b))
-        })
-        .expect("start line with buffer=LO-HI");
+    let ((lo, hi), child) = workload_buffer_and_pid(&String::from_utf8_lossy(&out.stdout));
 
     // Let the sampler drain, then stop the daemon the way systemd would.
     std::thread::sleep(Duration::from_millis(500));

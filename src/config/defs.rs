@@ -27,9 +27,13 @@ pub static SETTINGS: &[Setting] = &[
         .flag("source", "SPEC")
         .help(
             "Sample source; repeat for several: trace:PATH (PATH may be a FIFO or - for stdin), \
-             damon (needs --pid) or softdirty (needs --pid, --cgroup or --comm)",
+             perfdata:PATH (a file perf record wrote), damon (needs --pid) or softdirty \
+             (needs --pid, --cgroup or --comm)",
         )
-        .allowed("`auto`, `ibs`, `pebs`, `damon`, `softdirty`, `pagefault`, `trace:PATH`")
+        .allowed(
+            "`auto`, `ibs`, `pebs`, `damon`, `softdirty`, `pagefault`, `trace:PATH`, \
+             `perfdata:PATH`",
+        )
         .doc(
             "sample sources; `auto` takes the first of `ibs`, `pebs`, `damon`, `softdirty` and \
              `pagefault` that works here",

@@ -172,13 +172,20 @@ pub fn pebs_plan(root: &SysfsRoot, t: &PebsConfig) -> Result<(PerfPlan, String),
         t.ldlat,
         if t.stores { ", stores" } else { "" }
     );
-    let plan = PerfPlan {
+    let mut plan = pebs_decoding_plan();
+    plan.classes = classes;
+    Ok((plan, describe))
+}
+
+/// The PEBS record format and decoder without events to open (the sampler's, and what reads
+/// PEBS records from a perf.data file with that file's `sample_type`).
+pub fn pebs_decoding_plan() -> PerfPlan {
+    PerfPlan {
         kind: SourceKind::Pebs,
-        classes,
+        classes: Vec::new(),
         format: format(HW_FORMAT | b::PERF_SAMPLE_IDENTIFIER),
         decoder: Box::new(PebsDecoder),
-    };
-    Ok((plan, describe))
+    }
 }
 
 fn pebs_class(c: &PebsEventConfig) -> EventClass {
@@ -385,12 +392,7 @@ mod tests {
 
     #[test]
     fn pebs_records_are_classified_from_their_data_source() {
-        let plan = PerfPlan {
-            kind: SourceKind::Pebs,
-            classes: Vec::new(),
-            format: format(HW_FORMAT | b::PERF_SAMPLE_IDENTIFIER),
-            decoder: Box::new(PebsDecoder),
-        };
+        let plan = pebs_decoding_plan();
         let ram = PerfMemDataSrc(0)
             .with_mem_op(op::LOAD)
             .with_mem_lvl(lvl::LOC_RAM | lvl::HIT)

@@ -16,6 +16,7 @@ pub mod ibs;
 pub mod pagefault;
 pub mod pebs;
 pub mod perf;
+pub mod perfdata;
 pub mod pmu;
 pub(crate) mod procpid;
 pub mod softdirty;
@@ -67,6 +68,11 @@ pub enum SourceError {
     TraceRead {
         path: String,
         source: std::io::Error,
+    },
+    #[error("perf.data {path} {source}")]
+    PerfData {
+        path: String,
+        source: Box<perfdata::PerfDataError>,
     },
     #[error("unknown source '{0}' (known: {KNOWN_SPECS})")]
     UnknownSpec(String),
@@ -146,7 +152,8 @@ impl SourceError {
 }
 
 /// Every `--source` spelling, for help and errors.
-pub const KNOWN_SPECS: &str = "auto, ibs, pebs, pagefault, damon, softdirty, trace:PATH";
+pub const KNOWN_SPECS: &str =
+    "auto, ibs, pebs, pagefault, damon, softdirty, trace:PATH, perfdata:PATH";
 
 /// A sample producer. `run` blocks until the input ends or `stop` is raised.
 pub trait Source: Send {
@@ -184,6 +191,8 @@ pub struct OpenContext {
 pub enum SourceSpec {
     /// `trace:PATH`; `-` is stdin.
     Trace(String),
+    /// `perfdata:PATH`: a file `perf record` wrote, replayed through the perf decoders.
+    PerfData(String),
     /// The best source this machine has (the default).
     Auto,
     /// AMD IBS op samples on every CPU.
@@ -202,6 +211,9 @@ impl SourceSpec {
     pub fn parse(spec: &str) -> Result<Self, SourceError> {
         match spec.split_once(':') {
             Some(("trace", path)) if !path.is_empty() => Ok(SourceSpec::Trace(path.to_string())),
+            Some(("perfdata", path)) if !path.is_empty() => {
+                Ok(SourceSpec::PerfData(path.to_string()))
+            }
             None if spec == "auto" => Ok(SourceSpec::Auto),
             None if spec == "ibs" => Ok(SourceSpec::Ibs),
             None if spec == "pebs" => Ok(SourceSpec::Pebs),
@@ -216,6 +228,7 @@ impl SourceSpec {
     pub fn open(&self, ctx: &OpenContext) -> Result<Box<dyn Source>, SourceError> {
         match self {
             SourceSpec::Trace(path) => Ok(Box::new(trace::TraceSource::open(path)?)),
+            SourceSpec::PerfData(path) => Ok(Box::new(perfdata::PerfDataSource::open(path)?)),
             SourceSpec::Auto => auto::open(ctx),
             SourceSpec::Ibs => {
                 let root = SysfsRoot::new(&ctx.sysfs_root);
@@ -247,6 +260,7 @@ impl std::fmt::Display for SourceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceSpec::Trace(path) => write!(f, "trace:{path}"),
+            SourceSpec::PerfData(path) => write!(f, "perfdata:{path}"),
             SourceSpec::Auto => f.write_str("auto"),
             SourceSpec::Ibs => f.write_str("ibs"),
             SourceSpec::Pebs => f.write_str("pebs"),

@@ -118,6 +118,27 @@ fn fail(cmd: &Command, out: &Output, want: &str) -> ! {
     )
 }
 
+/// The buffer range `pghot-workload` prints on its `start:` line, and its pid.
+pub fn workload_buffer_and_pid(stdout: &str) -> ((u64, u64), u32) {
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let range = stdout
+        .lines()
+        .find(|l| l.starts_with("start:"))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("buffer="))
+        })
+        .and_then(|r| r.split_once('-'))
+        .map(|(a, b)| (hex(a), hex(b)))
+        .expect("start line with buffer=LO-HI");
+    let result: serde_json::Value = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .expect("RESULT line");
+    (range, result["pid"].as_u64().unwrap() as u32)
+}
+
 /// Counters from a `--stats-json` file.
 pub fn counters(path: &Path) -> serde_json::Map<String, serde_json::Value> {
     let text = std::fs::read_to_string(path).expect("stats json written");

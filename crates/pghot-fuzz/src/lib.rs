@@ -7,6 +7,7 @@
 //! harnesses report with the input.
 //!
 //! Targets: [`perf_records`] (ring drain, record parser, IBS and page-fault decoders),
+//! [`perf_data`] (a perf.data file: the header checks, the `linux-perf-data` crate, the replay),
 //! [`ibs_raw`] (the IBS RAW payload and classification), [`trace`] (line framing and the line
 //! parser), [`config`] (the TOML config file), [`config_set`] (one `config set` value),
 //! [`control`] (request framing and parsing) and [`metrics_head`] (the metrics server's HTTP
@@ -24,10 +25,12 @@ use pghotd::sampler::ibs::{CpuModel, IbsInput, IbsOpRaw, classify};
 use pghotd::sampler::perf::record::{self, Record, SampleFormat};
 use pghotd::sampler::perf::ring::{Ring, RingWriter};
 use pghotd::sampler::perf::{CpuReader, PerfPlan};
+use pghotd::sampler::perfdata::PerfData;
 use pghotd::sampler::trace::{
     MAX_LINE_BYTES, TraceWriter, parse_line, parse_sample_period, read_line_bounded,
 };
 use pghotd::stats::Counter;
+use pghotd::stop::StopToken;
 
 /// CPU models whose errata change the IBS decode: none, Zen 2 (erratum 1293), Zen 4.
 const CPUS: [CpuModel; 3] = [
@@ -74,6 +77,36 @@ impl SampleSink for CheckingSink {
     }
 
     fn count(&mut self, _: Counter, _: u64) {}
+}
+
+/// A sink that counts what it gets, whatever the source.
+#[derive(Default)]
+struct CountingSink {
+    samples: u64,
+}
+
+impl SampleSink for CountingSink {
+    fn record(&mut self, _: &Sample) {
+        self.samples += 1;
+    }
+
+    fn count(&mut self, _: Counter, _: u64) {}
+}
+
+/// The bytes of a perf.data file, opened and replayed as `--source perfdata:` does. Either the
+/// open or the replay refuses them with an error, or every sample the sink gets came from one
+/// of the file's sample records, which are no more than its records.
+pub fn perf_data(data: &[u8]) {
+    let len = data.len() as u64;
+    let Ok(mut file) = PerfData::open(std::io::Cursor::new(data), len, "fuzz") else {
+        return;
+    };
+    let mut sink = CountingSink::default();
+    if let Ok(done) = file.replay(&mut sink, &StopToken::new()) {
+        assert!(done.samples + done.skipped <= done.records);
+        assert!(done.records <= len / 8, "a record is at least 8 bytes");
+        assert!(sink.samples <= done.samples);
+    }
 }
 
 /// Perf ring bytes: the first byte picks a decoding plan (IBS on one of three CPU models, or

@@ -76,6 +76,62 @@ fn perf_input() -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// perf.data files in perf's layout (an IBS event under a random PMU type, random CPUID family
+/// and model, random sample records), or the page-fault file perf wrote here, with a few bytes
+/// damaged and sometimes cut short.
+fn perf_data_input() -> impl Strategy<Value = Vec<u8>> {
+    use pghotd::sampler::perfdata::build::{Event, PerfDataFile};
+    let fixture = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/perfdata/pagefaults.data"),
+    )
+    .expect("tests/fixtures/perfdata/pagefaults.data");
+    let built = (
+        any::<u32>(),
+        (0u32..0x30, 0u32..0x100),
+        proptest::collection::vec((any::<[u64; 7]>(), any::<u32>()), 0..6),
+    )
+        .prop_map(|(pmu_type, (family, model), samples)| {
+            let plan = ibs_decoding_plan(CpuModel::UNKNOWN);
+            let records = samples
+                .iter()
+                .map(|(msrs, caps)| {
+                    let raw = ibs_raw(*caps, *msrs);
+                    let mut s = build::empty();
+                    (s.misc, s.pid, s.addr) = (2, 4242, msrs[5]);
+                    s.raw = Some(&raw);
+                    build::sample(plan.format, &s)
+                })
+                .collect();
+            PerfDataFile {
+                events: vec![Event {
+                    name: "ibs_op//".into(),
+                    pmu_type,
+                    config: 0,
+                    sample_type: plan.format.bits(),
+                    period: 4096,
+                    ids: vec![1],
+                }],
+                pmus: vec![(pmu_type, "ibs_op".into())],
+                cpuid: Some(format!("AuthenticAMD,{family},{model},1")),
+                records,
+            }
+            .to_bytes()
+        });
+    (
+        prop_oneof![built, Just(fixture)],
+        proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        any::<Option<usize>>(),
+    )
+        .prop_map(|(file, hits, cut)| {
+            let mut out = damaged(file, hits);
+            if let Some(cut) = cut {
+                out.truncate(cut % (out.len() + 1));
+            }
+            out
+        })
+}
+
 fn trace_line() -> impl Strategy<Value = String> {
     let field = prop_oneof![
         any::<u64>().prop_map(|n| n.to_string()),
@@ -259,6 +315,12 @@ proptest! {
 
     #[test]
     fn perf_records_structured(data in perf_input()) { fuzz::perf_records(&data) }
+
+    #[test]
+    fn perf_data_random(data in bytes(1024)) { fuzz::perf_data(&data) }
+
+    #[test]
+    fn perf_data_structured(data in perf_data_input()) { fuzz::perf_data(&data) }
 
     #[test]
     fn ibs_raw_random(data in bytes(128)) { fuzz::ibs_raw(&data) }

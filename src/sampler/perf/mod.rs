@@ -435,7 +435,8 @@ fn after_poll(polled: nix::Result<i32>, revents: Option<PollFlags>) -> AfterPoll
 /// Parses and decodes one CPU's records into its sink.
 pub struct CpuReader<'a> {
     plan: &'a PerfPlan,
-    cpu: u32,
+    /// Where the records come from, for logs: `cpu 3`, or a perf.data file.
+    origin: String,
     bad_records: u64,
     throttles: u64,
     /// Decoded samples handed to the sink together (`SampleSink::record_batch`), so that it
@@ -448,9 +449,14 @@ const BATCH: usize = 32;
 
 impl<'a> CpuReader<'a> {
     pub fn new(plan: &'a PerfPlan, cpu: u32) -> Self {
+        Self::with_origin(plan, format!("cpu {cpu}"))
+    }
+
+    /// A reader of records from `origin` (a perf.data file's name), not a CPU's ring.
+    pub fn with_origin(plan: &'a PerfPlan, origin: String) -> Self {
         Self {
             plan,
-            cpu,
+            origin,
             bad_records: 0,
             throttles: 0,
             batch: Vec::with_capacity(BATCH),
@@ -467,12 +473,13 @@ impl<'a> CpuReader<'a> {
     fn drain(&mut self, events: &mut CpuEvents, sink: &mut dyn SampleSink) {
         let ids = &events.ids;
         let slot_of = |id: u64| open::slot_of(ids, id);
+        let plan = self.plan;
         if let Err(e) = events
             .ring
-            .drain(|bytes| self.handle(bytes, &slot_of, sink))
+            .drain(|bytes| self.handle(plan, bytes, &slot_of, sink))
         {
             sink.count(Counter::PerfBadRecords, 1);
-            tracing::warn!("cpu {}: {e}", self.cpu);
+            tracing::warn!("{}: {e}", self.origin);
         }
         self.hand_over(sink);
         sink.end_batch();
@@ -481,21 +488,37 @@ impl<'a> CpuReader<'a> {
     /// Drains an in-memory ring holding one event's records (benches and tests).
     pub fn drain_ring(&mut self, ring: &mut ring::Ring, sink: &mut dyn SampleSink) -> usize {
         let slot_of = |_| Some(0);
+        let plan = self.plan;
         let read = ring
-            .drain(|bytes| self.handle(bytes, &slot_of, sink))
+            .drain(|bytes| self.handle(plan, bytes, &slot_of, sink))
             .unwrap_or_default();
         self.hand_over(sink);
         read
     }
 
+    /// Parses and decodes one record that `plan`'s event wrote, read from somewhere other than
+    /// this reader's ring (a perf.data file: `sampler::perfdata`), exactly as a drained one.
+    /// Call [`CpuReader::finish`] after the last.
+    pub fn replay_record(&mut self, plan: &PerfPlan, bytes: &[u8], sink: &mut dyn SampleSink) {
+        self.handle(plan, bytes, &|_| Some(0), sink);
+    }
+
+    /// Hands over the samples still held for a batch.
+    pub fn finish(&mut self, sink: &mut dyn SampleSink) {
+        self.hand_over(sink);
+        sink.end_batch();
+    }
+
+    /// Every record a sampler reads goes through here: the live rings and perf.data replays.
     #[inline]
     fn handle(
         &mut self,
+        plan: &PerfPlan,
         bytes: &[u8],
         slot_of: &dyn Fn(u64) -> Option<usize>,
         sink: &mut dyn SampleSink,
     ) {
-        match record::parse(bytes, self.plan.format) {
+        match record::parse(bytes, plan.format) {
             Ok(Record::Sample(rec)) => {
                 let Some(slot) = slot_of(rec.id) else {
                     return self.bad(sink, "sample from an event this sampler did not open");
@@ -505,13 +528,10 @@ impl<'a> CpuReader<'a> {
                     (rec.pid, rec.tid),
                     rec.addr,
                     AccessOp::Load,
-                    self.plan.kind,
+                    plan.kind,
                 );
                 let mut notes = Notes::default();
-                let decoded = self
-                    .plan
-                    .decoder
-                    .decode(&rec, slot, &mut sample, &mut notes);
+                let decoded = plan.decoder.decode(&rec, slot, &mut sample, &mut notes);
                 if !notes.is_empty() {
                     for note in notes.iter() {
                         sink.count(note.counter(), 1);
@@ -536,9 +556,9 @@ impl<'a> CpuReader<'a> {
                 // The first and then every 100th: throttling repeats every tick while it lasts.
                 if self.throttles % 100 == 1 {
                     tracing::warn!(
-                        "cpu {}: the kernel throttled sampling ({} times so far); raise the \
+                        "{}: the kernel throttled sampling ({} times so far); raise the \
                          period or kernel.perf_event_max_sample_rate",
-                        self.cpu,
+                        self.origin,
                         self.throttles
                     );
                 }
@@ -553,7 +573,7 @@ impl<'a> CpuReader<'a> {
         sink.count(Counter::PerfBadRecords, 1);
         self.bad_records += 1;
         if self.bad_records <= LOGGED_BAD_RECORDS {
-            tracing::warn!("cpu {}: bad perf record: {what}", self.cpu);
+            tracing::warn!("{}: bad perf record: {what}", self.origin);
         }
     }
 }

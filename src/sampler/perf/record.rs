@@ -31,6 +31,11 @@ const WEIGHT: u64 = bindings::PERF_SAMPLE_WEIGHT as u64;
 const WEIGHT_STRUCT: u64 = bindings::PERF_SAMPLE_WEIGHT_STRUCT as u64;
 const DATA_SRC: u64 = bindings::PERF_SAMPLE_DATA_SRC as u64;
 const PHYS_ADDR: u64 = bindings::PERF_SAMPLE_PHYS_ADDR as u64;
+/// Asked for by perf tools (`perf record --all-cgroups`, `--data-page-size`,
+/// `--code-page-size`), never by pghotd: one u64 each after PHYS_ADDR, read past.
+const CGROUP: u64 = bindings::PERF_SAMPLE_CGROUP as u64;
+const DATA_PAGE_SIZE: u64 = bindings::PERF_SAMPLE_DATA_PAGE_SIZE as u64;
+const CODE_PAGE_SIZE: u64 = bindings::PERF_SAMPLE_CODE_PAGE_SIZE as u64;
 
 /// The `sample_type` bits this parser understands.
 const SUPPORTED: u64 = IDENTIFIER
@@ -46,7 +51,10 @@ const SUPPORTED: u64 = IDENTIFIER
     | WEIGHT
     | WEIGHT_STRUCT
     | DATA_SRC
-    | PHYS_ADDR;
+    | PHYS_ADDR
+    | CGROUP
+    | DATA_PAGE_SIZE
+    | CODE_PAGE_SIZE;
 
 /// `PERF_MEM_NA` as the generic code writes it when no driver filled DATA_SRC.
 pub const DATA_SRC_NA: u64 = 0x0508_0021;
@@ -241,6 +249,10 @@ fn parse_sample<'a>(
         DATA_SRC_NA
     };
     let phys_addr = c.opt_u64(f.has(PHYS_ADDR))?;
+    // `perf_output_sample()` writes these three after PHYS_ADDR, in this order.
+    for bit in [CGROUP, DATA_PAGE_SIZE, CODE_PAGE_SIZE] {
+        c.opt_u64(f.has(bit))?;
+    }
     Ok(SampleRecord {
         misc,
         id: if f.has(IDENTIFIER) { identifier } else { id },
@@ -327,6 +339,11 @@ pub mod build {
         }
         if f.has(PHYS_ADDR) {
             push_u64(&mut b, s.phys_addr);
+        }
+        for bit in [CGROUP, DATA_PAGE_SIZE, CODE_PAGE_SIZE] {
+            if f.has(bit) {
+                push_u64(&mut b, 0);
+            }
         }
         header(RECORD_SAMPLE, s.misc, &b)
     }
@@ -435,6 +452,24 @@ mod tests {
             };
             assert_eq!(s, rec, "raw of {raw_len} bytes");
         }
+    }
+
+    #[test]
+    fn the_page_size_fields_perf_asks_for_are_read_past() {
+        // `perf record --data-page-size` on IBS: PHYS_ADDR (bit 19) then DATA_PAGE_SIZE (bit
+        // 22), the last two u64s of the record (`perf_output_sample()` in kernel/events/core.c).
+        let f = SampleFormat::new(IBS_FORMAT | 1 << 22).unwrap();
+        let mut bytes = build::sample(f, &full());
+        assert_eq!(bytes.len(), 80);
+        bytes[72..80].copy_from_slice(&4096u64.to_ne_bytes());
+        let Record::Sample(s) = parse(&bytes, f).unwrap() else {
+            panic!("not a sample")
+        };
+        assert_eq!(s.phys_addr, 0x8000_1234);
+        assert!(
+            parse(&bytes[..72], f).is_err(),
+            "the page size is part of the record"
+        );
     }
 
     #[test]
