@@ -266,7 +266,8 @@ counters! {
     SoftdirtyDirtyPages => "softdirty_dirty_pages",
     /// Wall time of the soft-dirty passes (maps, pagemap, clear_refs, samples), in ns.
     SoftdirtyScanNs => "softdirty_scan_ns",
-    /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`.
+    /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`,
+    /// or the scans within a tenth of a core.
     SoftdirtyBudgetStretches => "softdirty_budget_stretches",
     /// Soft-dirty passes skipped over a process in a followed scope whose /proc files pghotd
     /// may not open (another user's process without CAP_DAC_OVERRIDE).
