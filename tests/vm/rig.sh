@@ -360,6 +360,12 @@ for s in "${scenarios[@]}"; do
 	guest_errors=$(jq -r '.guest.errors // 0' <<< "$result")
 	if [ "$guest_errors" != 0 ]; then
 		log "$s: the guest reported $guest_errors error(s) (PGHOT-RIG-ERROR lines above)"
+		# pghotd's log stays in the guest's console (pghotd_report in rig-init.sh prints its
+		# tail as "pghotd: " lines): show it, since that is where pghotd says why it stopped.
+		if grep -aq '^pghotd: ' "$console"; then
+			log "$s: the tail of pghotd's log in the guest:"
+			grep -a '^pghotd: ' "$console" | sed "s/^/rig: $s: guest: /" >&2
+		fi
 		erred+=("$s")
 	fi
 	log "$s: done in ${wall} s (guest: workload $(jq -r '.guest.workload_s' <<< "$result") s, boot $(jq -r '.guest.boot_s' <<< "$result") s)"
