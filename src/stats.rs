@@ -258,6 +258,9 @@ counters! {
     DamonRegionsSeen => "damon_regions_seen",
     /// Page credits not emitted because a snapshot hit `damon_max_samples`.
     DamonCreditsCapped => "damon_credits_capped",
+    /// DAMON requests (snapshot, restart) that failed while the managed pids still ran and
+    /// were tried again (EBUSY while the kdamond holds DAMON's sysfs lock, a kdamond restart).
+    DamonRetries => "damon_retries",
     /// Soft-dirty passes over every managed pid.
     SoftdirtyScans => "softdirty_scans",
     /// Pagemap entries read by the soft-dirty source.

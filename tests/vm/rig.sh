@@ -360,6 +360,12 @@ for s in "${scenarios[@]}"; do
 	guest_errors=$(jq -r '.guest.errors // 0' <<< "$result")
 	if [ "$guest_errors" != 0 ]; then
 		log "$s: the guest reported $guest_errors error(s) (PGHOT-RIG-ERROR lines above)"
+		# pghotd's log stays in the guest's console (pghotd_report in rig-init.sh prints its
+		# tail as "pghotd: " lines): show it, since that is where pghotd says why it stopped.
+		if grep -aq '^pghotd: ' "$console"; then
+			log "$s: the tail of pghotd's log in the guest:"
+			grep -a '^pghotd: ' "$console" | sed "s/^/rig: $s: guest: /" >&2
+		fi
 		erred+=("$s")
 	fi
 	log "$s: done in ${wall} s (guest: workload $(jq -r '.guest.workload_s' <<< "$result") s, boot $(jq -r '.guest.boot_s' <<< "$result") s)"
@@ -422,7 +428,7 @@ if [ ${#results[@]} -gt 0 ]; then
 			elif .scenario == "pghotd-softdirty" then
 				"pghotd-softdirty: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)); \(.pghotd.counters.softdirty_scans // "-") passes, \(.pghotd.counters.softdirty_pages_scanned // "-") pagemap entries read, \(.pghotd.counters.softdirty_dirty_pages // "-") dirty pages, scan time \(((.pghotd.counters.softdirty_scan_ns // 0) / 1e9 * 100 | round) / 100) s; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
 			elif .scenario == "pghotd-damon" then
-				"pghotd-damon: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)) + its kdamond \(.guest.kdamond_cpu_s); \(.pghotd.counters.damon_snapshots // "-") snapshots, \(.pghotd.counters.damon_regions_seen // "-") accessed regions read, \(.pghotd.counters.source_damon_samples // "-") samples, \(.pghotd.counters.damon_credits_capped // "-") credits capped; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
+				"pghotd-damon: CPU = pghotd (user \(.guest.pghotd_utime_s) + sys \(.guest.pghotd_stime_s)) + its kdamond \(.guest.kdamond_cpu_s); \(.pghotd.counters.damon_snapshots // "-") snapshots, \(.pghotd.counters.damon_regions_seen // "-") accessed regions read, \(.pghotd.counters.source_damon_samples // "-") samples, \(.pghotd.counters.damon_credits_capped // "-") credits capped, \(.pghotd.counters.damon_retries // "-") DAMON retries; \(.pghotd.counters.pgpromote_candidate // "-") candidates, \(.pghotd.counters.pgpromote_success // "-") promoted; exit \(.guest.pghotd_rc)"
 			elif .scenario == "hotplug" then
 				"hotplug: \(.hotplug_cycles) cycles of cpu 1 offline \(.phase_s) s; logged went offline \(.went_offline_logged)x, came online \(.came_online_logged)x, a sampler giving up \(.samplers_gave_up)x; cpu 1 samples before \(.cpu1_samples_before), while offline \(.cpu1_samples_offline), after \(.cpu1_samples_after); cpu 0 samples while offline \(.cpu0_samples_offline); perf fds \(.perf_fds); \(.recorded) recorded, \(.pghotd.counters.source_pagefault_samples // "-") counted; exit \(.pghotd_rc) \(.term_exit_s) s after SIGTERM"
 			else empty end' <<< "${results[i]}"

@@ -19,6 +19,13 @@
 //! regions keep their lead) and the credits not given are counted in
 //! `damon_credits_capped`. Without it, a hot 256 MiB region (65536 pages) would be 655360
 //! samples a second at the default 100 ms aggregation.
+//!
+//! Failures: DAMON's sysfs answers EBUSY while its lock is held, and the kdamond's own
+//! callbacks take that lock every sampling interval, so a snapshot request (or a restart) can
+//! fail for a moment, the more often the busier the machine. Such a failure, or a kdamond that
+//! stopped while a managed pid still runs, is counted in `damon_retries` and tried again after
+//! a pause; the source fails, naming the last error, only when DAMON has failed for
+//! [`RETRY_FOR`] in a row. It ends without error when every managed pid has exited.
 
 pub mod sysfs;
 
@@ -149,6 +156,8 @@ pub struct DamonSource {
     config: DamonConfig,
     admin: Admin,
     run_dir: PathBuf,
+    /// How long DAMON may keep failing before the source does ([`RETRY_FOR`]).
+    retry_for: Duration,
 }
 
 impl DamonSource {
@@ -165,6 +174,7 @@ impl DamonSource {
             config: ctx.damon,
             admin,
             run_dir: ctx.run_dir.clone(),
+            retry_for: RETRY_FOR,
         })
     }
 
@@ -289,11 +299,8 @@ impl Source for DamonSource {
         // it watches now (empty: off).
         let mut kdamond = Kdamond::claim(self.admin.clone(), &self.run_dir, &self.spec(&[]))?;
         let mut targets: Vec<u32> = Vec::new();
-        let max_nr = self.config.max_nr_accesses();
-        let cap = self.config.max_samples as usize;
-        let mut regions: Vec<Vec<Region>> = Vec::new();
-        let mut pages = Vec::with_capacity(cap);
-        let mut snapshot: u64 = 0;
+        let mut failures = Failures::new(self.retry_for, self.config.aggr_us);
+        let mut snapshots = Snapshots::new(self.config);
         while !stop.is_stopped() {
             match selection.want(sink.as_mut(), &targets) {
                 None => {}
@@ -303,19 +310,26 @@ impl Source for DamonSource {
                 }
                 Some(Want::Idle) if !targets.is_empty() => {
                     tracing::info!("damon: no process in scope; kdamond off until one comes");
-                    kdamond.stop()?;
+                    if let Err(e) = kdamond.stop() {
+                        failures.failed(sink.as_mut(), stop, e, "turning the kdamond off")?;
+                        continue;
+                    }
                     targets.clear();
                 }
                 Some(Want::Idle) => {}
                 Some(Want::Pids(want)) if want != targets => {
                     if let Err(e) = kdamond.retarget(&self.spec(&want)) {
+                        targets.clear();
                         // A pid that exits between the look and the start fails the start:
-                        // look again. Anything else is DAMON's refusal.
-                        if want.iter().all(|&p| procpid::pid_alive(p)) {
+                        // look again. EBUSY (DAMON's sysfs lock held) is tried again; anything
+                        // else is DAMON's refusal.
+                        if !want.iter().all(|&p| procpid::pid_alive(p)) {
+                            tracing::debug!("damon: a target exited while starting: {e}");
+                        } else if is_transient(&e) {
+                            failures.failed(sink.as_mut(), stop, e, "starting the kdamond")?;
+                        } else {
                             return Err(e);
                         }
-                        tracing::debug!("damon: a target exited while starting: {e}");
-                        targets.clear();
                         continue;
                     }
                     tracing::info!(
@@ -326,7 +340,6 @@ impl Source for DamonSource {
                             .map_or_else(|| "-".to_string(), |p| p.to_string()),
                     );
                     targets = want;
-                    regions.resize_with(targets.len(), Vec::new);
                 }
                 Some(Want::Pids(_)) => {}
             }
@@ -335,68 +348,310 @@ impl Source for DamonSource {
                 crate::stop::wait_until(Instant::now() + RETARGET_EVERY, stop);
                 continue;
             }
-            if let Err(e) = kdamond.update_snapshot() {
-                if stop.is_stopped() {
-                    break;
-                }
-                if !kdamond.is_on() {
-                    // A vaddr kdamond stops by itself once every target is gone: look at the
-                    // selection again (explicit pids end the source, a scope re-targets).
-                    tracing::debug!("damon: kdamond {} stopped: {e}", kdamond.index());
-                    targets.clear();
-                    if matches!(selection, Selection::Explicit(_)) {
-                        if let Some(Want::Pids(left)) = selection.want(sink.as_mut(), &targets) {
-                            return Err(SourceError::Damon(format!(
-                                "kdamond {} stopped while pids {left:?} still run: {e}",
-                                kdamond.index()
-                            )));
-                        }
-                        break;
-                    }
-                    continue;
-                }
-                return Err(e);
-            }
-            snapshot += 1;
-            sink.count(Counter::DamonSnapshots, 1);
-            let mut total = 0.0;
-            for (i, r) in regions.iter_mut().enumerate() {
-                kdamond.read_regions(i, r)?;
-                sink.count(Counter::DamonRegionsSeen, r.len() as u64);
-                total += expected_credits(r, max_nr);
-            }
-            let scale = if total > cap as f64 {
-                sink.count(Counter::DamonCreditsCapped, (total - cap as f64) as u64);
-                cap as f64 / total
-            } else {
-                1.0
+            let taken = kdamond
+                .update_snapshot()
+                .and_then(|()| snapshots.read(&kdamond, targets.len(), sink.as_mut()));
+            let Err(e) = taken else {
+                failures.succeeded();
+                snapshots.emit(&targets, sink.as_mut());
+                continue;
             };
-            let mut emitted = 0;
-            for (r, &pid) in regions.iter().zip(&targets) {
-                if r.is_empty() {
-                    continue;
-                }
-                pages.clear();
-                let seed = mix(snapshot ^ (u64::from(pid) << 32));
-                credit(r, max_nr, scale, seed, cap - emitted, &mut pages);
-                emitted += pages.len();
-                procpid::emit_pages(
-                    sink.as_mut(),
-                    pid,
-                    &pages,
-                    AccessOp::Load,
-                    SourceKind::Damon,
-                );
+            if stop.is_stopped() {
+                break;
             }
-            sink.end_batch();
+            if kdamond.is_on() {
+                // The kdamond runs: a busy lock or a snapshot torn by load, not an end.
+                failures.failed(sink.as_mut(), stop, e, "taking a snapshot")?;
+                continue;
+            }
+            // A vaddr kdamond stops by itself once every target is gone: look at the selection
+            // again (explicit pids end the source, a scope re-targets).
+            tracing::debug!("damon: kdamond {} stopped: {e}", kdamond.index());
+            targets.clear();
+            if matches!(selection, Selection::Explicit(_))
+                && let Some(Want::Pids(left)) = selection.want(sink.as_mut(), &targets)
+            {
+                // Stopped under live pids: restarted at the next pass, within the budget.
+                let what = format!("kdamond stopped while pids {left:?} still run");
+                failures.failed(sink.as_mut(), stop, e, &what)?;
+            }
         }
         kdamond.release()
+    }
+}
+
+/// True for the errors DAMON's sysfs gives for a moment: EBUSY while the kdamond (whose
+/// callbacks take `damon_sysfs_lock` every sampling interval) or another writer holds the lock,
+/// EAGAIN, EINTR.
+fn is_transient(e: &SourceError) -> bool {
+    matches!(e, SourceError::Io { source, .. }
+        if matches!(source.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN | libc::EINTR)))
+}
+
+/// How long DAMON requests may keep failing while the managed pids run before the source
+/// gives up (at least ten aggregation intervals).
+const RETRY_FOR: Duration = Duration::from_secs(10);
+
+/// The first pause after a failure; it doubles up to [`RETRY_PAUSE_MAX`].
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Consecutive failures to get a snapshot while the kdamond should be watching live pids: each
+/// is counted and tried again after a pause; the source fails, naming the last error, only when
+/// they have lasted [`RETRY_FOR`].
+struct Failures {
+    budget: Duration,
+    /// When the current run of failures began, and how many it has had.
+    streak: Option<(Instant, u32)>,
+}
+
+impl Failures {
+    fn new(retry_for: Duration, aggr_us: u32) -> Failures {
+        Failures {
+            budget: retry_for.max(Duration::from_micros(u64::from(aggr_us)) * 10),
+            streak: None,
+        }
+    }
+
+    /// Counts a failure of `what`: pauses before the next try, or returns the error once the
+    /// failures have lasted the budget.
+    fn failed(
+        &mut self,
+        sink: &mut dyn crate::sampler::SampleSink,
+        stop: &StopToken,
+        e: SourceError,
+        what: &str,
+    ) -> Result<(), SourceError> {
+        let now = Instant::now();
+        let (since, count) = self.streak.get_or_insert((now, 0));
+        *count += 1;
+        let lasted = now.duration_since(*since);
+        if lasted >= self.budget {
+            return Err(SourceError::Damon(format!(
+                "{what}: {e}; DAMON failed {count} times in a row over {:.1} s, giving up",
+                lasted.as_secs_f64()
+            )));
+        }
+        sink.count(Counter::DamonRetries, 1);
+        if *count == 1 {
+            tracing::warn!(
+                "damon: {what}: {e}; trying again for up to {} s",
+                self.budget.as_secs()
+            );
+        } else {
+            tracing::debug!("damon: {what} (try {count}): {e}");
+        }
+        let pause = RETRY_PAUSE
+            .saturating_mul(1 << (*count - 1).min(6))
+            .min(RETRY_PAUSE_MAX);
+        crate::stop::wait_until(now + pause, stop);
+        Ok(())
+    }
+
+    fn succeeded(&mut self) {
+        if let Some((since, count)) = self.streak.take() {
+            tracing::info!(
+                "damon: snapshots again after {count} failed tries over {:.1} s",
+                since.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The regions of the last snapshot, one list per target, and how they become samples.
+struct Snapshots {
+    max_nr: u32,
+    cap: usize,
+    regions: Vec<Vec<Region>>,
+    pages: Vec<u64>,
+    /// Credits the regions would get before the cap.
+    total: f64,
+    taken: u64,
+}
+
+impl Snapshots {
+    fn new(config: DamonConfig) -> Snapshots {
+        let cap = config.max_samples as usize;
+        Snapshots {
+            max_nr: config.max_nr_accesses(),
+            cap,
+            regions: Vec::new(),
+            pages: Vec::with_capacity(cap),
+            total: 0.0,
+            taken: 0,
+        }
+    }
+
+    /// Reads every target's regions of the snapshot the kdamond just took.
+    fn read(
+        &mut self,
+        kdamond: &Kdamond,
+        targets: usize,
+        sink: &mut dyn crate::sampler::SampleSink,
+    ) -> Result<(), SourceError> {
+        self.regions.resize_with(targets, Vec::new);
+        self.total = 0.0;
+        for (i, r) in self.regions.iter_mut().enumerate() {
+            kdamond.read_regions(i, r)?;
+            self.total += expected_credits(r, self.max_nr);
+        }
+        self.taken += 1;
+        sink.count(Counter::DamonSnapshots, 1);
+        let seen = self.regions.iter().map(Vec::len).sum::<usize>();
+        sink.count(Counter::DamonRegionsSeen, seen as u64);
+        Ok(())
+    }
+
+    /// Turns the regions read into samples of `targets` (see the module doc).
+    fn emit(&mut self, targets: &[u32], sink: &mut dyn crate::sampler::SampleSink) {
+        let cap = self.cap;
+        let scale = if self.total > cap as f64 {
+            sink.count(
+                Counter::DamonCreditsCapped,
+                (self.total - cap as f64) as u64,
+            );
+            cap as f64 / self.total
+        } else {
+            1.0
+        };
+        let mut emitted = 0;
+        for (r, &pid) in self.regions.iter().zip(targets) {
+            if r.is_empty() {
+                continue;
+            }
+            self.pages.clear();
+            let seed = mix(self.taken ^ (u64::from(pid) << 32));
+            credit(r, self.max_nr, scale, seed, cap - emitted, &mut self.pages);
+            emitted += self.pages.len();
+            procpid::emit_pages(sink, pid, &self.pages, AccessOp::Load, SourceKind::Damon);
+        }
+        sink.end_batch();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::collect::Collector;
+    use sysfs::fixture;
+
+    /// A DAMON source over this test process, on a fake sysfs tree with one kdamond whose
+    /// scheme reports one fully accessed 16-page region.
+    fn source_on_fixture(sysfs: &std::path::Path) -> DamonSource {
+        fixture::tree(sysfs, 1, 1);
+        fixture::region(sysfs, 0, 0, 0, (0x10000, 0x20000, 20));
+        let ctx = OpenContext {
+            pids: vec![std::process::id()],
+            sysfs_root: sysfs.to_path_buf(),
+            perf: Default::default(),
+            pagefault: Default::default(),
+            ibs: Default::default(),
+            ibs_period_control: None,
+            pebs: Default::default(),
+            run_dir: sysfs.join("run"),
+            damon: DamonConfig::default(),
+            softdirty: Default::default(),
+            followed_scope: None,
+        };
+        DamonSource::open(&ctx).unwrap()
+    }
+
+    /// Runs `source` until it has taken `snapshots` snapshots (then stops it) or it ends by
+    /// itself; its result.
+    fn run_until(
+        source: &mut DamonSource,
+        sink: &Collector,
+        snapshots: u64,
+    ) -> Result<(), SourceError> {
+        let stop = StopToken::new();
+        std::thread::scope(|s| {
+            let run = s.spawn(|| source.run(sink, &stop));
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !run.is_finished()
+                && sink.shared.lock().count_of(Counter::DamonSnapshots) < snapshots
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            stop.stop();
+            run.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_busy_damon_sysfs_is_tried_again_rather_than_ending_the_source() {
+        // DAMON's `state` file answers EBUSY when its sysfs lock is held, which the kdamond's
+        // own callbacks take every sampling interval: the more so under load. The source used
+        // to fail on the first one ("pghotd stopped after 8.3 s with stop_reason:
+        // sources_ended", exit status 1) while the workload ran on.
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path();
+        let mut source = source_on_fixture(sysfs);
+        let snap = "update_schemes_tried_regions";
+        fixture::fail_writes(sysfs, "0/state", "on", 1, libc::EBUSY);
+        fixture::fail_writes(sysfs, "0/state", snap, 3, libc::EBUSY);
+        let sink = Collector::default();
+        let result = run_until(&mut source, &sink, 5);
+        let got = sink.take();
+        result.unwrap();
+        assert_eq!(fixture::pending_faults(sysfs, "0/state"), 0);
+        assert_eq!(got.count_of(Counter::DamonRetries), 4);
+        assert!(got.count_of(Counter::DamonSnapshots) >= 5);
+        // The snapshots after the retries became samples of the region.
+        assert!(
+            got.samples
+                .iter()
+                .any(|s| s.pid == std::process::id() && (0x10000..0x20000).contains(&s.vaddr)),
+            "{} samples",
+            got.samples.len()
+        );
+        // Released on the stop.
+        assert!(!sysfs.join("run/damon-kdamond-0").exists());
+    }
+
+    #[test]
+    fn a_kdamond_that_stops_while_its_pids_run_is_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path();
+        let mut source = source_on_fixture(sysfs);
+        // Twice the snapshot request finds the kdamond gone (its state reads "off").
+        let off = Some("off");
+        let snap = "update_schemes_tried_regions";
+        fixture::fail_writes_then(sysfs, "0/state", snap, (2, libc::EINVAL), off);
+        let sink = Collector::default();
+        let result = run_until(&mut source, &sink, 5);
+        let got = sink.take();
+        result.unwrap();
+        assert_eq!(fixture::pending_faults(sysfs, "0/state"), 0);
+        assert_eq!(got.count_of(Counter::DamonRetries), 2);
+        assert!(got.count_of(Counter::DamonSnapshots) >= 5);
+        assert_eq!(got.count_of(Counter::SourcePidExits), 0);
+    }
+
+    #[test]
+    fn damon_refusing_for_longer_than_the_budget_fails_the_source_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysfs = dir.path();
+        let mut source = source_on_fixture(sysfs);
+        // Ten aggregation intervals, the least budget.
+        source.retry_for = Duration::ZERO;
+        fixture::fail_writes(sysfs, "0/state", "on", u32::MAX, libc::EBUSY);
+        let sink = Collector::default();
+        let started = Instant::now();
+        let err = run_until(&mut source, &sink, 1).unwrap_err().to_string();
+        assert!(
+            started.elapsed() >= Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            err.contains("starting the kdamond")
+                && err.contains("busy")
+                && err.contains("giving up"),
+            "{err}"
+        );
+        assert!(!sysfs.join("run/damon-kdamond-0").exists());
+    }
 
     fn region(start_page: u64, pages: u64, nr_accesses: u32) -> Region {
         Region {

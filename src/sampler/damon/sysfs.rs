@@ -96,6 +96,8 @@ impl Admin {
         // One write(2) of the whole value, as sysfs wants; the attribute must exist (no
         // create, no truncate, no symlink followed).
         use std::io::Write;
+        #[cfg(test)]
+        fixture::injected_write_error(&path, value).map_err(io("writing", &path))?;
         crate::safefs::open_existing_for_write(&path, true)
             .and_then(|mut f| f.write_all(value.as_bytes()))
             .map_err(io("writing", &path))
@@ -519,7 +521,72 @@ pub fn read_regions(scheme_dir: &Path, out: &mut Vec<Region>) -> Result<(), Sour
 pub(crate) mod fixture {
     //! A writable imitation of DAMON's sysfs tree: files only, no kernel behind them.
 
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    /// A write that fails as the kernel's would.
+    struct Fault {
+        /// The attribute's full path: tests on different temporary trees do not meet.
+        path: PathBuf,
+        value: String,
+        times: u32,
+        errno: i32,
+        /// What the attribute reads after the failure (a kdamond that stopped reads "off").
+        then: Option<String>,
+    }
+
+    static FAULTS: Mutex<Vec<Fault>> = Mutex::new(Vec::new());
+
+    /// The next `times` writes of `value` to `rel` (under `kdamonds/`) fail with `errno`, as
+    /// DAMON's `state` file answers EBUSY while the kdamond holds `damon_sysfs_lock`.
+    pub(crate) fn fail_writes(sysfs: &Path, rel: &str, value: &str, times: u32, errno: i32) {
+        fail_writes_then(sysfs, rel, value, (times, errno), None);
+    }
+
+    /// As [`fail_writes`], and each failure leaves `then` in the attribute.
+    pub(crate) fn fail_writes_then(
+        sysfs: &Path,
+        rel: &str,
+        value: &str,
+        (times, errno): (u32, i32),
+        then: Option<&str>,
+    ) {
+        FAULTS.lock().unwrap().push(Fault {
+            path: sysfs.join("kernel/mm/damon/admin/kdamonds").join(rel),
+            value: value.to_string(),
+            times,
+            errno,
+            then: then.map(str::to_string),
+        });
+    }
+
+    /// How many injected failures of `rel` are still to come.
+    pub(crate) fn pending_faults(sysfs: &Path, rel: &str) -> u32 {
+        let path = sysfs.join("kernel/mm/damon/admin/kdamonds").join(rel);
+        FAULTS
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|f| f.path == path)
+            .map(|f| f.times)
+            .sum()
+    }
+
+    /// The injected error for this write, if one is due.
+    pub(super) fn injected_write_error(path: &Path, value: &str) -> std::io::Result<()> {
+        let mut faults = FAULTS.lock().unwrap();
+        if let Some(f) = faults
+            .iter_mut()
+            .find(|f| f.path == path && f.value == value && f.times > 0)
+        {
+            f.times -= 1;
+            if let Some(then) = &f.then {
+                put(path, then);
+            }
+            return Err(std::io::Error::from_raw_os_error(f.errno));
+        }
+        Ok(())
+    }
 
     fn put(path: &Path, value: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
