@@ -295,6 +295,8 @@ impl Source for DamonSource {
         let mut pages = Vec::with_capacity(cap);
         let mut snapshot: u64 = 0;
         while !stop.is_stopped() {
+            // A snapshot per turn is the thread's progress, for the watchdog.
+            crate::heartbeat::beat();
             match selection.want(sink.as_mut(), &targets) {
                 None => {}
                 Some(Want::Done) => {
