@@ -530,6 +530,7 @@ fn start_sources(
         let tx = events.clone();
         let stop = stop.clone();
         let thread = spawn(format!("pghot-src/{index}"), move || {
+            let _beat = crate::heartbeat::attach(format!("pghot-src/{index}"));
             // Each sink resolves its deferred samples and flushes its counts when dropped.
             let result = source.run(&sinks, &stop);
             let _ = tx.send(Event::SourceEnded { index, result });

@@ -20,6 +20,7 @@ pub mod conflicts;
 pub mod control;
 pub mod daemon;
 pub mod generate;
+pub mod heartbeat;
 pub mod hotness;
 pub mod ingest;
 pub mod logging;

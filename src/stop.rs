@@ -6,7 +6,8 @@
 //! until it has something to do: it does not wake to look at a flag. An earlier version slept
 //! in 100 ms slices; on the Debian rig's TCG guest, where a wake-up costs tens of times what it
 //! costs on hardware, those wake-ups alone kept several idle threads busy (BENCHMARKS.md,
-//! "pghotd's idle cost").
+//! "pghotd's idle cost"). Both waits mark the calling thread waiting for the watchdog
+//! ([`crate::heartbeat`]) while they block.
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
@@ -93,6 +94,7 @@ pub fn wait_until(deadline: Instant, stop: &StopToken) -> bool {
         if Instant::now() >= deadline {
             return true;
         }
+        let _waiting = crate::heartbeat::waiting();
         inner.changed.wait_until(&mut held, deadline);
     }
 }
@@ -130,7 +132,11 @@ pub fn wait_fd(
         if let Some(wake) = stop.wake_fd() {
             fds.push(PollFd::new(wake, PollFlags::POLLIN));
         }
-        match poll(&mut fds, poll_timeout(slice)) {
+        let polled = {
+            let _waiting = crate::heartbeat::waiting();
+            poll(&mut fds, poll_timeout(slice))
+        };
+        match polled {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }

@@ -324,6 +324,8 @@ impl Recorder {
             local.flush(shared);
         }
         self.pending = 0;
+        // Samples handled are the source thread's progress, for the watchdog.
+        crate::heartbeat::beat();
     }
 
     /// Resolves every deferred sample and flushes: call when the source has ended.

@@ -1,5 +1,6 @@
 //! The `pghot-mig/nodeN` thread: waits on its candidate queue and the daemon's events, and
-//! drains, abandons or reconfigures its [`Migrator`] accordingly.
+//! drains, abandons or reconfigures its [`Migrator`] accordingly. Its heartbeat
+//! ([`crate::heartbeat`]) waits in the `select!` and beats after every batch.
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ impl MigratorHandle {
             .name(format!("pghot-mig/node{node}"))
             .spawn(move || {
                 let _done = done_tx;
+                let _beat = crate::heartbeat::attach(format!("pghot-mig/node{node}"));
                 run(&mut migrator, &candidates, &events_rx);
             })?;
         Ok(MigratorHandle {
@@ -94,34 +96,49 @@ fn run<M: Mover, C: Clock>(
     let mut next_wake = Instant::now() + interval(&migrator.config);
     loop {
         let timeout = next_wake.saturating_duration_since(Instant::now());
-        select! {
-            recv(queue.wake_channel()) -> _ => drain(migrator, queue, &mut batch),
-            recv(events) -> e => match e {
-                Ok(MigratorEvent::Finish) => {
-                    drain(migrator, queue, &mut batch);
-                    return;
-                }
-                Ok(MigratorEvent::Stop) => {
-                    abandon(migrator, queue, &mut batch);
-                    // Sources may still be offering (they stop within their poll slice):
-                    // keep the queue open and count those too, once Close says none is left.
-                    wait_for_close(events);
-                    abandon(migrator, queue, &mut batch);
-                    return;
-                }
-                Ok(MigratorEvent::Close) | Err(_) => {
-                    abandon(migrator, queue, &mut batch);
-                    return;
-                }
-                Ok(MigratorEvent::Reconfigure(config)) => migrator.reconfigure(config),
-            },
-            default(timeout) => {
+        // Waiting in the select (however long: an idle migrator sleeps), busy from the wake.
+        let wake = {
+            let _waiting = crate::heartbeat::waiting();
+            select! {
+                recv(queue.wake_channel()) -> _ => Wake::Queue,
+                recv(events) -> e => Wake::Event(e.ok()),
+                default(timeout) => Wake::Timer,
+            }
+        };
+        match wake {
+            Wake::Queue => drain(migrator, queue, &mut batch),
+            Wake::Event(Some(MigratorEvent::Finish)) => {
+                drain(migrator, queue, &mut batch);
+                return;
+            }
+            Wake::Event(Some(MigratorEvent::Stop)) => {
+                abandon(migrator, queue, &mut batch);
+                // Sources may still be offering (they stop within their poll slice):
+                // keep the queue open and count those too, once Close says none is left.
+                wait_for_close(events);
+                abandon(migrator, queue, &mut batch);
+                return;
+            }
+            Wake::Event(Some(MigratorEvent::Close) | None) => {
+                abandon(migrator, queue, &mut batch);
+                return;
+            }
+            Wake::Event(Some(MigratorEvent::Reconfigure(config))) => migrator.reconfigure(config),
+            Wake::Timer => {
                 drain(migrator, queue, &mut batch);
                 migrator.maintain();
                 next_wake = Instant::now() + interval(&migrator.config);
             }
         }
     }
+}
+
+/// What ended a wait of the migrator thread.
+enum Wake {
+    Queue,
+    /// `None`: the daemon's end of the events channel is gone.
+    Event(Option<MigratorEvent>),
+    Timer,
 }
 
 /// Counts the unfinished batch and everything queued as abandoned.
@@ -140,7 +157,11 @@ fn abandon<M: Mover, C: Clock>(
 /// After `Stop`: waits for `Close` (or `Finish`, or the daemon gone), ignoring the rest.
 fn wait_for_close(events: &Receiver<MigratorEvent>) {
     loop {
-        match events.recv() {
+        let event = {
+            let _waiting = crate::heartbeat::waiting();
+            events.recv()
+        };
+        match event {
             Ok(MigratorEvent::Close | MigratorEvent::Finish) | Err(_) => return,
             Ok(MigratorEvent::Stop | MigratorEvent::Reconfigure(_)) => {}
         }
@@ -157,6 +178,8 @@ fn drain<M: Mover, C: Clock>(
         batch.push(c);
         if batch.len() >= migrator.config.migrate_batch {
             migrator.process(batch);
+            // A batch done is progress: a long drain is not a stuck migrator.
+            crate::heartbeat::beat();
         }
     }
     if !batch.is_empty() {

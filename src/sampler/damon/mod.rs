@@ -302,6 +302,8 @@ impl Source for DamonSource {
         let mut failures = Failures::new(self.retry_for, self.config.aggr_us);
         let mut snapshots = Snapshots::new(self.config);
         while !stop.is_stopped() {
+            // A snapshot per turn is the thread's progress, for the watchdog.
+            crate::heartbeat::beat();
             match selection.want(sink.as_mut(), &targets) {
                 None => {}
                 Some(Want::Done) => {

@@ -254,7 +254,10 @@ impl Source for PerfSource {
             let mut last_online: Option<Vec<u32>> = None;
             let mut next_check = Instant::now() + HOTPLUG_POLL;
             while !stop.is_stopped() {
-                std::thread::sleep(Duration::from_millis(u64::from(DRAIN_INTERVAL_MS)));
+                {
+                    let _waiting = crate::heartbeat::waiting();
+                    std::thread::sleep(Duration::from_millis(u64::from(DRAIN_INTERVAL_MS)));
+                }
                 if Instant::now() < next_check {
                     continue;
                 }
@@ -343,6 +346,7 @@ fn start_cpu<'scope, 'env>(
     let spawned = std::thread::Builder::new()
         .name(format!("pghot-smp/{cpu}"))
         .spawn_scoped(scope, move || {
+            let _beat = crate::heartbeat::attach(format!("pghot-smp/{cpu}"));
             run_cpu(events, plan, &mut *sink, &global, &flag, period);
         });
     match spawned {
@@ -379,7 +383,10 @@ fn run_cpu(
         let after = if stopping {
             AfterPoll::Drain
         } else {
-            let polled = poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS));
+            let polled = {
+                let _waiting = crate::heartbeat::waiting();
+                poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS))
+            };
             after_poll(polled, fds[0].revents())
         };
         // What the ring holds is read either way.
