@@ -379,7 +379,21 @@ fn header_lines(app: &App, snap: &Snapshot, width: usize) -> Vec<Line<'static>> 
     if let Some(a) = &snap.admission {
         lines.push(Line::from(a.summary(|name| snap.counter(name))));
     }
+    lines.extend(conflict_lines(snap, width));
     lines
+}
+
+/// Two lines per competing promoter, what it is and what turns it off (cut to the width), so an
+/// operator watching `top` sees why promotion is fought over.
+fn conflict_lines(snap: &Snapshot, width: usize) -> impl Iterator<Item = Line<'static>> + '_ {
+    let bold = Style::default().add_modifier(Modifier::BOLD);
+    snap.conflicts.iter().flat_map(move |c| {
+        let cut = |t: String| t.chars().take(width).collect::<String>();
+        [
+            Line::from(cut(format!("CONFLICT {}", c.detail))).style(bold),
+            Line::from(cut(format!("  fix: {}", c.remedy))),
+        ]
+    })
 }
 
 const PID_COLUMNS: [&str; 7] = [

@@ -158,6 +158,31 @@ fn degrades_when_small_or_without_a_daemon() {
 }
 
 #[test]
+fn a_competing_promoter_is_shown_under_the_nodes() {
+    let mut app = app();
+    let mut snap = app.current.clone().unwrap();
+    snap.conflicts = vec![pghot_protocol::Conflict {
+        kind: pghot_protocol::ConflictKind::NumaBalancing,
+        detail: "kernel.numa_balancing = 2 (memory tiering)".into(),
+        remedy: "sysctl kernel.numa_balancing=0".into(),
+    }];
+    app.current = Some(snap);
+    let got = draw(&app, 80, 24);
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(
+        lines[4].trim_end(),
+        "CONFLICT kernel.numa_balancing = 2 (memory tiering)",
+        "\n{got}"
+    );
+    assert_eq!(
+        lines[5].trim_end(),
+        "  fix: sysctl kernel.numa_balancing=0",
+        "\n{got}"
+    );
+    assert!(lines[6].starts_with("┌ processes"), "\n{got}");
+}
+
+#[test]
 fn p_asks_in_the_key_line_before_it_pauses() {
     let mut app = app();
     app.confirm_pause = true;
