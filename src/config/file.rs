@@ -227,13 +227,29 @@ pub(super) fn parse_value(setting: &'static Setting, value: &str) -> Result<Writ
         });
     match parsed {
         Ok(written) => Ok(written),
-        Err(_)
+        Err(e)
             if takes_a_word(setting.kind) && toml::de::ValueDeserializer::parse(toml).is_err() =>
         {
-            Ok(Written::Text(value.to_string()))
+            quoted_or_bare_word(value, toml, &e)
         }
         Err(e) => Err(format!(
             "{value:?} is not one TOML value of this key's type: {e}"
+        )),
+    }
+}
+
+/// A text value that is not TOML. `config get` shows values as JSON, whose strings may hold
+/// characters a TOML basic string must escape (DEL, say), so a JSON string is taken as the text
+/// it spells. Any other quoted text is refused: taking it whole, quotes included, would set a
+/// value nobody typed. Unquoted text is the bare word itself (`config set log_format json`).
+fn quoted_or_bare_word(value: &str, trimmed: &str, toml_error: &str) -> Result<Written, String> {
+    if !trimmed.starts_with(['"', '\'']) {
+        return Ok(Written::Text(value.to_string()));
+    }
+    match serde_json::from_str::<String>(trimmed) {
+        Ok(text) => Ok(Written::Text(text)),
+        Err(_) => Err(format!(
+            "{value:?} is quoted but is neither a TOML nor a JSON string: {toml_error}"
         )),
     }
 }

@@ -251,6 +251,37 @@ fn config_set_validates_like_the_file() {
 }
 
 #[test]
+fn config_set_reads_what_config_get_shows_and_refuses_broken_quotes() {
+    let c = Config::default();
+    // DEL (U+007F) is bare in a JSON string (RFC 8259 escapes only U+0000..=U+001F) but a TOML
+    // basic string must escape it (toml.io v1.0.0, "String"): the JSON form is taken as JSON.
+    let next = c
+        .with_setting("control_socket", "\"/run/a\u{7f}b\"")
+        .unwrap();
+    assert_eq!(
+        next.control_socket.as_deref(),
+        Some(std::path::Path::new("/run/a\u{7f}b"))
+    );
+    // A bare word is still the word itself.
+    let next = c.with_setting("control_socket", "/run/x.sock").unwrap();
+    assert_eq!(
+        next.control_socket.as_deref(),
+        Some(std::path::Path::new("/run/x.sock"))
+    );
+    // Quoted text that neither TOML nor JSON reads is refused, never taken quotes and all.
+    for value in ["\"/run/open", "'/run/a\u{7f}b'", "\"a\\qb\""] {
+        let err = c
+            .with_setting("control_socket", value)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("is quoted but is neither a TOML nor a JSON string"),
+            "{value:?}: {err}"
+        );
+    }
+}
+
+#[test]
 fn config_set_takes_one_value_never_a_document() {
     let c = Config::default();
     // A second key smuggled in after a newline, a table, a comment, a key of its own: each is

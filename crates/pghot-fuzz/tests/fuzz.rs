@@ -383,6 +383,18 @@ mod regressions {
         fuzz::config(b"control_socket = \"\"");
     }
 
+    /// `config set control_socket <DEL>` read back from `config get` as the JSON string `"<DEL>"`,
+    /// which TOML refuses (a basic string must escape DEL); the setter then took the quotes as
+    /// part of the path (found by `config_set_random`).
+    #[test]
+    fn config_set_text_with_del_round_trips() {
+        let control_socket = pghotd::config::SETTINGS
+            .iter()
+            .position(|s| s.key == "control_socket")
+            .unwrap();
+        fuzz::config_set(&[control_socket as u8, 0x7f]);
+    }
+
     /// `config set freq_threshold "3\npromote_rate_limit_MBps = 1"` was parsed as a document
     /// and set the rate limit too (key 2 of the table is freq_threshold).
     #[test]
