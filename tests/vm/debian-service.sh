@@ -249,6 +249,48 @@ denied "$work/c.thp" || { [ "$rc" = 0 ] && [ "$splits" -gt 0 ] && ge "$hot" 95 &
 check thp_split_debugfs "$ok" "start_rc=$rc thp_split_page=$splits hot_fast_pct=${hot:--} mb_migrated=$mb (hot 4 MiB) permission_errors=$(denied "$work/c.thp" && echo yes || echo no) ${exit_line:+last: $exit_line}"
 echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
 
+# --- a competing promoter: NUMA balancing in memory-tiering mode -------------------------------
+# kernel.numa_balancing = 2 (NUMA_BALANCING_MEMORY_TIERING, include/linux/sched/sysctl.h): the
+# kernel promotes the same pages on hint faults. pghotd must say so once in the journal (not
+# again at its 30 s recheck), in `pghotctl status` and as the conflicts metric; with
+# `conflicts = "refuse"` it must exit 3 naming the setting (RestartPreventExitStatus keeps
+# systemd from retrying).
+numab_before=$(sysctl -n kernel.numa_balancing)
+sysctl -q kernel.numa_balancing=2
+write_conf 'enabled_sources = ["softdirty"]' 'comm = "^pghot-workload$"' 'metrics_listen = "127.0.0.1:9464"'
+mark "$work/c.conflict"
+systemctl start pghotd
+rc=$?
+wait_for 10 pghotctl status
+# Past one recheck (conflicts::RECHECK_EVERY, 30 s), so a repeated log line would show.
+sleep 35
+pghotctl status > "$work/conflict-status.out" 2>&1
+shown=$(grep -A1 '^competing promoters' "$work/conflict-status.out" | grep -c 'numa_balancing')
+logged=$(journal_since "$work/c.conflict" | grep -c 'numa_balancing')
+# The metrics endpoint with bash's /dev/tcp: the guest has no HTTP client.
+metric=$(
+	exec 3<> /dev/tcp/127.0.0.1/9464 &&
+		printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 &&
+		timeout 5 cat <&3 | tr -d '\r' | grep -E '^pghotd_conflicts(_[a-z]+)?\{[^}]*kind="numa_balancing"' | awk '{ print $NF }'
+)
+systemctl stop pghotd
+ok=1
+[ "$rc" = 0 ] && [ "$shown" -ge 1 ] && [ "$logged" = 1 ] && [ "$metric" = 1 ] && ok=0
+check conflict_numab2_warned "$ok" "start_rc=$rc status_lines=$shown journal_lines=$logged metric=${metric:-none} log: $(journal_since "$work/c.conflict" | grep -m1 'numa_balancing' | cut -c1-200)"
+write_conf 'enabled_sources = ["softdirty"]' 'comm = "^pghot-workload$"' 'conflicts = "refuse"'
+mark "$work/c.refuse"
+systemctl start pghotd > "$work/refuse-start.out" 2>&1
+rc=$?
+wait_for 10 sh -c '! systemctl is-active -q pghotd'
+code=$(systemctl show -P ExecMainStatus pghotd)
+restarts=$(systemctl show -P NRestarts pghotd)
+named=$(journal_since "$work/c.refuse" | grep -c 'conflicts')
+ok=1
+[ "$rc" != 0 ] && [ "$code" = 3 ] && [ "$named" -ge 1 ] && ok=0
+check conflict_refuse_exits_3 "$ok" "start_rc=$rc exit_status=$code restarts=$restarts lines_naming_conflicts=$named log: $(journal_since "$work/c.refuse" | grep -m1 -i 'refus' | cut -c1-200)"
+systemctl reset-failed pghotd 2>/dev/null
+sysctl -q kernel.numa_balancing="$numab_before"
+
 # --- the journal ----------------------------------------------------------------------------
 journalctl -u pghotd -o cat --no-pager _COMM=pghotd > "$work/journal.txt" 2>/dev/null
 lines=$(wc -l < "$work/journal.txt")
