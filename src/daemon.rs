@@ -45,6 +45,9 @@ use crate::topology::{SysfsRoot, Topology, TopologyError};
 pub enum DaemonError {
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// move_pages(2) cannot be called at all (a seccomp filter, a kernel without migration).
+    #[error("{0}")]
+    MovePagesUnusable(String),
     #[error("reading the NUMA topology: {0}")]
     Topology(#[from] TopologyError),
     #[error(transparent)]
@@ -481,6 +484,9 @@ fn start_migrators(
     clock: &MonotonicClock,
     paused: &Arc<AtomicBool>,
 ) -> Result<Vec<MigratorHandle>, DaemonError> {
+    if !config.migrator.dry_run {
+        crate::movepages::check_callable().map_err(DaemonError::MovePagesUnusable)?;
+    }
     if config.migrator.move_shared
         && !config.migrator.dry_run
         && let Some(warning) = crate::movepages::move_all_warning()

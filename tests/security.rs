@@ -94,3 +94,57 @@ fn record_refuses_a_symlink_or_hard_link_and_leaves_the_target_alone() {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
     }
 }
+
+/// pghotd under a seccomp filter that denies move_pages(2) with EPERM, as the default profiles
+/// of Docker, containerd and podman do (packaging/README.md, "Container"): every move would
+/// fail, so the start fails at once with exit 3 and says why and what to use instead, rather
+/// than running and counting `pgpromote_fail_permission` forever. `dry_run` still runs.
+#[test]
+fn a_seccomp_filter_denying_move_pages_ends_the_start_naming_it() {
+    use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+    use std::os::unix::process::CommandExt;
+
+    let filter = SeccompFilter::new(
+        [(libc::SYS_move_pages, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        TargetArch::x86_64,
+    )
+    .unwrap();
+    let program: BpfProgram = filter.try_into().unwrap();
+    let under_filter = |cmd: &mut Command| {
+        let program = program.clone();
+        // SAFETY: the closure runs in the forked child before exec; it only makes the
+        // prctl(2)/seccomp(2) calls of apply_filter on a program built before the fork.
+        unsafe {
+            cmd.pre_exec(move || {
+                seccompiler::apply_filter(&program).map_err(std::io::Error::other)
+            });
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("in.trace");
+    let sleeper = Sleeper::start();
+    let mut trace = String::from("# pghot-trace v1\n");
+    trace_of(sleeper.pid(), 2, &mut trace, &mut 1_000_000_000);
+    std::fs::write(&path, trace).unwrap();
+
+    let mut cmd = util::replay(&path);
+    under_filter(&mut cmd);
+    let out = util::run_code(&mut cmd, 3);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "move_pages(2) is refused (EPERM)",
+        "Seccomp: 2",
+        "packaging/container/seccomp.json",
+    ] {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
+
+    let mut cmd = util::replay(&path);
+    cmd.arg("--dry-run");
+    under_filter(&mut cmd);
+    util::run(&mut cmd, true);
+    // The same run without the filter starts (the filter, not the trace, ended the first).
+    util::run(&mut util::replay(&path), true);
+}

@@ -73,8 +73,9 @@ const MAN: ManSections = ManSections {
         ),
         (
             EXIT_UNSUPPORTED,
-            "the kernel or machine lacks what pghotd needs (a PMU, DAMON, the topology), or \
-             conflicts = \"refuse\" found another promoter",
+            "the kernel or machine lacks what pghotd needs (a PMU, DAMON, the topology, a \
+             move_pages(2) that a seccomp filter lets through), or conflicts = \"refuse\" \
+             found another promoter",
         ),
     ],
     files: &[
@@ -105,7 +106,9 @@ fn exit_code(err: &DaemonError) -> u8 {
         | DaemonError::NoSources
         | DaemonError::Source(_)
         | DaemonError::Control(_) => EXIT_CONFIG,
-        DaemonError::Topology(_) | DaemonError::Conflicts { .. } => EXIT_UNSUPPORTED,
+        DaemonError::Topology(_)
+        | DaemonError::Conflicts { .. }
+        | DaemonError::MovePagesUnusable(_) => EXIT_UNSUPPORTED,
         _ => EXIT_RUNTIME,
     }
 }

@@ -70,6 +70,47 @@ pub fn move_all_warning() -> Option<String> {
     })
 }
 
+/// Whether move_pages(2) can be called at all, asked once at start with an empty query of
+/// pghotd's own process. That call touches nothing: with `pid` 0 `kernel_move_pages()`
+/// (mm/migrate.c) skips the ptrace and LSM checks of another process, and with no pages
+/// `do_pages_stat()` returns 0. So EPERM can only come from a seccomp filter in front of the
+/// kernel (the default profiles of Docker, containerd and podman deny move_pages whatever the
+/// capabilities: packaging/README.md, "Container"), and ENOSYS from a kernel built without
+/// CONFIG_MIGRATION. `Err` holds the operator's message.
+pub fn check_callable() -> Result<(), String> {
+    match sys::move_pages(0, &[], None, &mut [], false) {
+        Ok(_) => Ok(()),
+        Err(Errno::EPERM) => {
+            let mode = crate::safefs::read_proc::<procfs::process::Status>(
+                std::path::Path::new("/proc/self/status"),
+                crate::safefs::limit::STATUS,
+            )
+            .ok()
+            .and_then(|s| s.seccomp);
+            let filtered = match mode {
+                Some(2) => {
+                    "this process runs under a seccomp filter (/proc/self/status: Seccomp: 2)"
+                }
+                _ => "a seccomp filter or security module refuses it",
+            };
+            Err(format!(
+                "move_pages(2) is refused (EPERM) even for pghotd's own process: {filtered}. \
+                 Container runtimes' default seccomp profiles deny it: run the container with \
+                 packaging/container/seccomp.json (or set dry_run = true to only watch)"
+            ))
+        }
+        Err(Errno::ENOSYS) => Err(
+            "move_pages(2) is not implemented by this kernel (ENOSYS: built without \
+             CONFIG_MIGRATION, or a seccomp filter answers ENOSYS); pghotd can only watch \
+             (dry_run = true)"
+                .to_string(),
+        ),
+        Err(e) => Err(format!(
+            "move_pages(2) failed on an empty query of pghotd's own process: {e}"
+        )),
+    }
+}
+
 /// The counter for a negative per-page status.
 pub fn page_failure(status: i32) -> Counter {
     match Errno::from_raw(-status) {
