@@ -25,6 +25,10 @@ usage() {
 usage: tests/vm/rig.sh --guest debian [OPTIONS] service
 
   service               install the .deb in the guest and check pghotd as a systemd service
+  container             build pghotd's image with podman (packaging/container/
+                        Containerfile.prebuilt) and run it as the sidecar of a program in
+                        another container, from packaging/kubernetes/*.yaml (podman kube
+                        play): one boolean per check, CONTAINER {json}
   exec                  run the script given by --exec in the guest (as root, once
                         multi-user.target is reached), its output on stderr: for investigating
   --app APP SCENARIO... a packaged program under each promoter, the slow node made slow by the
@@ -114,7 +118,7 @@ while [ $# -gt 0 ]; do
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
-	service | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
+	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
 	all) scenarios+=(baseline numab2 damon pghotd-ibs-emu pghotd-softdirty pghotd-damon) ;;
 	-*) log "unknown option $1 (for the Debian guest)"; usage ;;
 	*) log "unknown scenario $1 for the Debian guest (service)"; usage ;;
@@ -125,7 +129,7 @@ done
 for s in "${scenarios[@]}"; do
 	[ "$s" != exec ] || [ -r "$exec_file" ] || { log "the exec scenario needs --exec FILE"; usage; }
 	case $s in
-	service | exec) ;;
+	service | container | exec) ;;
 	*) [[ $app =~ ^(redis|memcached|custom)$ ]] || { log "scenario $s needs --app redis, memcached or custom"; usage; } ;;
 	esac
 done
@@ -155,8 +159,11 @@ timeout_s=${PGHOT_VM_TIMEOUT:-900}
 t_start=$(date +%s)
 pghot_vm_guest
 pghot_vm_topology 3node
+image_pkgs=$app_pkgs
+# podman and the pause process its pods need (kube play builds its infra image from catatonit).
+[[ " ${scenarios[*]} " != *" container "* ]] || image_pkgs="$image_pkgs podman catatonit"
 # shellcheck disable=SC2086 # package names, checked above
-eval "$("$here/debian-image.sh" $app_pkgs)"
+eval "$("$here/debian-image.sh" $image_pkgs)"
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 if [ -z "$deb" ]; then
 	command -v cargo-deb >/dev/null || die "cargo-deb is needed to build the .deb: cargo install --locked cargo-deb@3.8.0 (or pass --deb)"
@@ -182,6 +189,14 @@ if [ -n "$app" ]; then
 		cargo build --locked --release --target x86_64-unknown-linux-gnu >&2) || die "cargo build of pgibs-guest failed"
 	guest_bin=$target_dir/x86_64-unknown-linux-gnu/release/pgibs-guest
 fi
+container_ctx=
+if [[ " ${scenarios[*]} " == *" container "* ]]; then
+	log "staging the container image's context (packaging/container/build-prebuilt.sh)"
+	container_ctx=$(mktemp -d)
+	CARGO_TARGET_DIR=$target_dir "$repo/packaging/container/build-prebuilt.sh" "$container_ctx/pghotd" > /dev/null ||
+		die "packaging/container/build-prebuilt.sh failed"
+	cp "$repo/packaging/container/seccomp.json" "$repo"/packaging/kubernetes/*.yaml "$container_ctx/"
+fi
 t_built=$(date +%s)
 
 pghot_vm_workdir pghot-rig-debian
@@ -193,6 +208,13 @@ install -m 0755 "$workload_bin" "$over/opt/pghot-rig/pghot-workload"
 install -m 0755 "$here/debian-service.sh" "$over/opt/pghot-rig/service.sh"
 [ -z "$exec_file" ] || install -m 0755 "$exec_file" "$over/opt/pghot-rig/exec.sh"
 install -m 0755 "$here/debian-app.sh" "$over/opt/pghot-rig/app.sh"
+install -m 0755 "$here/debian-container.sh" "$over/opt/pghot-rig/container.sh"
+install -m 0644 "$here/guest-lib.sh" "$over/opt/pghot-rig/guest-lib.sh"
+if [ -n "$container_ctx" ]; then
+	cp -r "$container_ctx" "$over/opt/pghot-rig/container"
+	chmod -R a+rX "$over/opt/pghot-rig/container"
+	rm -rf "$container_ctx"
+fi
 [ -z "$guest_bin" ] || install -m 0755 "$guest_bin" "$over/opt/pghot-rig/pgibs-guest"
 install -m 0755 "$here/mc-bench.pl" "$over/opt/pghot-rig/mc-bench.pl"
 install -m 0644 "$here/guest-damon.sh" "$over/opt/pghot-rig/guest-damon.sh"
@@ -218,6 +240,7 @@ scenario=$(sed -n 's/.*pghot\.scenario=\([^ ]*\).*/\1/p' /proc/cmdline)
 echo "PGHOT-RIG-BEGIN scenario=$scenario"
 case $scenario in
 service) /opt/pghot-rig/service.sh ;;
+container) /opt/pghot-rig/container.sh ;;
 exec) /opt/pghot-rig/exec.sh 2>&1 | sed 's/^/rig: exec: /' ;;
 *) /opt/pghot-rig/app.sh "$scenario" ;;
 esac
@@ -292,7 +315,7 @@ for s in "${scenarios[@]}"; do
 	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$s: /" >&2 || true
 	[ "$s" != exec ] || continue
 	case $s in
-	service) ;;
+	service | container) ;;
 	*)
 		result=$(grep -a '^RESULT {' "$console" | tail -n 1 | cut -d' ' -f2-)
 		if [ -z "$result" ] || ! jq -e . <<< "$result" > /dev/null 2>&1; then
@@ -316,8 +339,10 @@ for s in "${scenarios[@]}"; do
 	complete=false
 	grep -aq '^SERVICE-END' "$console" && complete=true
 	n=$(jq 'length' <<< "$json")
-	all=$(jq --argjson c "$complete" '$c and length >= 14 and all(.[]; .)' <<< "$json")
-	echo "SERVICE $(jq -cn --argjson c "$json" --argjson f "$figs" --argjson complete "$complete" --argjson wall "$wall" \
+	min_checks=14
+	[ "$s" != container ] || min_checks=4
+	all=$(jq --argjson c "$complete" --argjson m "$min_checks" '$c and length >= $m and all(.[]; .)' <<< "$json")
+	echo "${s^^} $(jq -cn --argjson c "$json" --argjson f "$figs" --argjson complete "$complete" --argjson wall "$wall" \
 		'$c + {all_checks_ran: $complete, figures: $f, wall_s: $wall}')"
 	grep -a '^SERVICE-CHECK ' "$console" | sed 's/^SERVICE-CHECK /  /' >&2
 	if [ "$all" != true ]; then

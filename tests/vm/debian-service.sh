@@ -24,9 +24,8 @@ outsider=pghot-outsider
 mkdir -p "$work"
 chmod 0755 "$work"
 
-info() { echo "rig: $*"; }
-figure() { echo "SERVICE-FIGURE $1 $2"; }
-now() { cut -d' ' -f1 /proc/uptime; }
+# shellcheck source=tests/vm/guest-lib.sh
+. /opt/pghot-rig/guest-lib.sh
 # journal_since CURSOR_FILE: the unit's journal since the cursor saved at the check's start.
 journal_since() { journalctl -u pghotd --no-pager -o short-monotonic --after-cursor="$(cat "$1")" 2>/dev/null; }
 mark() { journalctl -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p' > "$1"; }
@@ -43,22 +42,8 @@ check() {
 }
 # counter NAME: one counter of the running pghotd (pghotctl stats), or empty.
 counter() { pghotctl stats 2>/dev/null | awk -v n="$1" '$1 == n { print $2 }'; }
-# json_num FILE KEY: a number field of the workload's RESULT line.
-json_num() { sed -n 's/^RESULT //p' "$1" | grep -o "\"$2\":[-0-9.e]*" | head -n 1 | cut -d: -f2; }
 # vm NAME: a /proc/vmstat counter.
 vm() { awk -v n="$1" '$1 == n { print $2 }' /proc/vmstat; }
-# ge A B: A >= B (decimals).
-ge() { awk -v a="${1:-0}" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
-# wait_for SECS CMD...: run CMD every 0.1 s until it succeeds; 1 after SECS.
-wait_for() {
-	local end
-	end=$(awk -v t="$(now)" -v s="$1" 'BEGIN { print t + s }')
-	shift
-	until "$@" >/dev/null 2>&1; do
-		ge "$(now)" "$end" && return 1
-		sleep 0.1
-	done
-}
 # denied SINCE_CURSOR_FILE: the journal holds a permission or read-only error since the cursor.
 denied() { journal_since "$1" | grep -Eiq 'permission denied|operation not permitted|read-only file system|EACCES|EPERM|EROFS'; }
 write_conf() {
