@@ -377,3 +377,109 @@ impl ScriptletRoot {
         new
     }
 }
+
+/// The x86-64 system call names of the kernel's uapi header (`__NR_<name>` in
+/// asm/unistd_64.h, from linux-libc-dev): the names a seccomp profile may use.
+fn kernel_syscall_names() -> std::collections::BTreeSet<String> {
+    let header = Path::new("/usr/include/x86_64-linux-gnu/asm/unistd_64.h");
+    let text = std::fs::read_to_string(header)
+        .unwrap_or_else(|e| panic!("{}: {e} (install linux-libc-dev)", header.display()));
+    text.lines()
+        .filter_map(|l| l.strip_prefix("#define __NR_"))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The system calls pghotd makes by number (`libc::SYS_<name>` outside tests): the ones no
+/// libc wrapper hides, so no observation of libc can be trusted to have found them.
+fn raw_syscalls_in_the_code() -> std::collections::BTreeSet<String> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut dirs = vec![repo().join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            // Unit tests sit at the end of a file, after `#[cfg(test)]`.
+            let code = text.split("#[cfg(test)]").next().unwrap();
+            for (i, _) in code.match_indices("libc::SYS_") {
+                let name: String = code[i + "libc::SYS_".len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_seccomp_profile_names_real_calls_and_allows_every_raw_one() {
+    let path = repo().join("packaging/container/seccomp.json");
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Deny by default with EPERM (1), as the runtimes' own profiles do.
+    assert_eq!(profile["defaultAction"], "SCMP_ACT_ERRNO");
+    assert_eq!(profile["defaultErrnoRet"], 1);
+    let mut allowed = std::collections::BTreeSet::new();
+    for rule in profile["syscalls"].as_array().unwrap() {
+        assert_eq!(rule["action"], "SCMP_ACT_ALLOW", "{rule}");
+        assert!(rule.get("args").is_none(), "no argument filters: {rule}");
+        for name in rule["names"].as_array().unwrap() {
+            assert!(
+                allowed.insert(name.as_str().unwrap().to_string()),
+                "{name} twice"
+            );
+        }
+    }
+    let kernel = kernel_syscall_names();
+    let unknown: Vec<_> = allowed.difference(&kernel).collect();
+    assert!(unknown.is_empty(), "not x86-64 system calls: {unknown:?}");
+    let raw = raw_syscalls_in_the_code();
+    assert!(
+        raw.contains("move_pages") && raw.contains("pidfd_open"),
+        "{raw:?}"
+    );
+    let missing: Vec<_> = raw.difference(&allowed).collect();
+    assert!(
+        missing.is_empty(),
+        "called by number, not allowed: {missing:?}"
+    );
+}
+
+#[test]
+fn every_pod_manifest_runs_pghotd_under_the_shipped_profile_with_no_capability_left_on() {
+    for name in [
+        "sidecar.yaml",
+        "sidecar-least-privilege.yaml",
+        "daemonset.yaml",
+    ] {
+        let text = std::fs::read_to_string(repo().join("packaging/kubernetes").join(name)).unwrap();
+        for want in [
+            "type: Localhost",
+            "localhostProfile: pghotd.json",
+            "drop: [\"ALL\"]",
+            "allowPrivilegeEscalation: false",
+            "readOnlyRootFilesystem: true",
+        ] {
+            assert!(text.contains(want), "{name}: no {want:?}");
+        }
+        if name.starts_with("sidecar") {
+            // podman kube play reads the annotation, not the field (packaging/README.md).
+            assert!(
+                text.contains(
+                    "container.seccomp.security.alpha.kubernetes.io/pghotd: localhost/pghotd.json"
+                ),
+                "{name}"
+            );
+            assert!(text.contains("shareProcessNamespace: true"), "{name}");
+            // The default scope is the pod: a cgroup placeholder cannot be filled statically.
+            assert!(!text.contains("cgroups ="), "{name}");
+        }
+    }
+}
