@@ -90,7 +90,8 @@ impl Daemon {
             .unwrap();
         let mut d = Daemon { child, dir, socket };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while UnixStream::connect(&d.socket).is_err() {
+        let mut probe = UnixStream::connect(&d.socket);
+        while probe.is_err() {
             if let Some(status) = d.child.try_wait().unwrap() {
                 panic!(
                     "pghotd exited ({status}) before its socket answered:\n{}",
@@ -99,7 +100,16 @@ impl Daemon {
             }
             assert!(Instant::now() < deadline, "no socket; log:\n{}", d.log());
             std::thread::sleep(Duration::from_millis(20));
+            probe = UnixStream::connect(&d.socket);
         }
+        // The probe holds a connection slot until the daemon has seen it close: wait for the
+        // daemon's end of it, so a test that fills the slots finds all of them free.
+        let mut probe = probe.unwrap();
+        probe.shutdown(std::net::Shutdown::Write).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let _ = probe.read_to_end(&mut Vec::new());
         d
     }
 
@@ -345,6 +355,21 @@ fn root_is_answered_while_32_idle_clients_hold_the_control_socket() {
         answered < Duration::from_secs(2),
         "status took {answered:?}"
     );
+    // Exactly the clients beyond the ordinary slots were told `busy` (and closed); the others
+    // hold a slot each (a slot still held by someone else would make this 17). The daemon
+    // accepts in order, so by the time root's later connection was answered every `busy`
+    // line was written: a short read timeout tells the two kinds apart.
+    let told_busy = held
+        .iter()
+        .filter(|fd| {
+            let mut s = UnixStream::from((*fd).try_clone().unwrap());
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            text.contains("busy")
+        })
+        .count();
+    assert_eq!(told_busy, 32 - pghotd::control::server::MAX_CONNECTIONS);
     // A non-root newcomer finds the ordinary slots taken.
     let socket = d.socket.clone();
     let busy = as_nobody(move || {

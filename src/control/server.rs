@@ -296,8 +296,11 @@ fn accept_loop(
         let spawned = std::thread::Builder::new()
             .name("pghot-ctl/conn".into())
             .spawn(move || {
-                let _guard = guard;
-                serve(stream, &plane, &stop, peer_of(cred, gid, access), access);
+                serve(&stream, &plane, &stop, peer_of(cred, gid, access), access);
+                // The slot is free before the client sees the connection close, so a client
+                // that waits for the close can count on the slot (tests/adversarial_io.rs).
+                drop(guard);
+                drop(stream);
             });
         if let Err(e) = spawned {
             tracing::warn!("control connection thread: {e}");
@@ -403,13 +406,8 @@ impl LineReader {
     }
 }
 
-fn serve(
-    mut stream: UnixStream,
-    plane: &ControlPlane,
-    stop: &StopToken,
-    peer: Peer,
-    access: Access,
-) {
+fn serve(stream: &UnixStream, plane: &ControlPlane, stop: &StopToken, peer: Peer, access: Access) {
+    let mut stream = stream;
     let configured = stream
         .set_nonblocking(false)
         .and_then(|()| stream.set_read_timeout(Some(TICK)))
@@ -445,7 +443,7 @@ fn serve(
                     }
                     Ok(Request::Record { duration_s }) => {
                         plane.stats().add(Counter::ControlRequests, 1);
-                        record(&mut stream, plane, stop, duration_s, peer);
+                        record(stream, plane, stop, duration_s, peer);
                         return;
                     }
                     Ok(req) => {
@@ -523,12 +521,13 @@ pub fn record_duration(s: f64) -> Result<Duration, ErrorBody> {
 /// Streams samples as pghot-trace v1 after an `ok` line, until the duration passes, the client
 /// hangs up or the daemon stops. The trace ends with a comment line with the counts.
 fn record(
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     plane: &ControlPlane,
     stop: &StopToken,
     duration_s: Option<f64>,
     peer: Peer,
 ) {
+    let mut stream = stream;
     let duration = match duration_s.map(record_duration).transpose() {
         Ok(d) => d,
         Err(body) => {
