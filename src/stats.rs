@@ -477,7 +477,7 @@ counters! {
     SoftdirtyPagesScanned => "softdirty_pages_scanned" as Metric::count("source_scanned_pages").of_source(SourceKind::SoftDirty),
     /// Present pages found written (soft-dirty); one store sample each.
     SoftdirtyDirtyPages => "softdirty_dirty_pages" as Metric::count("source_written_pages").of_source(SourceKind::SoftDirty),
-    /// Wall time of the soft-dirty passes (maps, pagemap, clear_refs, samples), in ns.
+    /// Wall time of the soft-dirty passes (maps, pagemap, clear_refs, samples).
     SoftdirtyScanNs => "softdirty_scan_ns" as Metric::nanoseconds("source_scan").of_source(SourceKind::SoftDirty),
     /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`,
     /// or the scans within a tenth of a core.
