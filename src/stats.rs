@@ -247,7 +247,8 @@ macro_rules! counters {
 }
 
 counters! {
-    /// Every sample handed to pghotd by any source.
+    /// Every sample handed to pghotd by any source, and every event a source dropped or lost
+    /// before making a sample of it: total = useful + dropped.
     HwhintTotalEvents => "hwhint_total_events" as Metric::count("events"),
     /// Samples that passed the filters (total minus dropped).
     HwhintUsefulEvents => "hwhint_useful_events" as Metric::count("useful_events"),

@@ -126,10 +126,6 @@ fn issue_20_metrics_parse_with_the_prometheus_client_parser() {
         assert!((got - want).abs() < 1e-12, "{}: {got} != {want}", c.name());
     }
     assert_eq!(
-        family(&families, "pghotd_events")["help"],
-        "Every sample handed to pghotd by any source."
-    );
-    assert_eq!(
         value(
             &families,
             "pghotd_source_samples_total",

@@ -613,7 +613,8 @@ mod tests {
         let text = render(&snap);
         for line in [
             "# TYPE pghotd_events counter",
-            "# HELP pghotd_events Every sample handed to pghotd by any source.",
+            "# HELP pghotd_events Every sample handed to pghotd by any source, and every event a \
+             source dropped or lost before making a sample of it: total = useful + dropped.",
             "pghotd_events_total 12",
             "# TYPE pghotd_promote_outcomes counter",
             "pghotd_promote_outcomes_total{outcome=\"success\"} 7",
@@ -669,6 +670,11 @@ mod tests {
         let n = keys.len();
         keys.dedup();
         assert_eq!(keys.len(), n, "a family and label twice");
+        // Every shared family has its counters.
+        for f in stats::FAMILIES {
+            let name = stats::family_name(f.name, f.unit);
+            assert!(series.iter().any(|s| s.family == name), "{name} unused");
+        }
         // A family of one counter's own is no other counter's family.
         for family in by_family(&series) {
             let own = family
