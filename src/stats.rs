@@ -98,7 +98,8 @@ impl Metric {
         Metric::Of(family, value)
     }
 
-    /// The same metric labelled `source="<kind>"`: a counter only that source has.
+    /// The same metric labelled `source="<kind>"`: a counter only that source has. For a
+    /// family of its own only (a shared family has its label already).
     const fn of_source(self, kind: SourceKind) -> Metric {
         match self {
             Metric::Own { name, unit, .. } => Metric::Own {
@@ -106,7 +107,7 @@ impl Metric {
                 unit,
                 label: Some(("source", kind.name())),
             },
-            other => other,
+            Metric::Of(..) => panic!("of_source on a shared family"),
         }
     }
 }

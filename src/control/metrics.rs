@@ -213,18 +213,18 @@ impl Writer {
     /// The registry's counters, by family; the per-node ones for every top-tier node, and for
     /// any other node something was promoted to.
     fn counters(&mut self, snap: &Snapshot) {
-        let nodes: Vec<usize> = snap
+        // A destination's series exists from the start (a rate over a series that appears
+        // with its first promotion misses that promotion).
+        let nodes: Vec<_> = snap
             .nodes
             .iter()
-            .map(|n| usize::from(n.node))
-            .filter(|&node| {
-                snap.nodes
-                    .iter()
-                    .any(|n| usize::from(n.node) == node && n.tier == "top")
+            .filter(|n| {
+                n.tier == "top"
                     || stats::PER_NODE
                         .iter()
-                        .any(|per| snap.counter(&per.stats_name(node)) != 0)
+                        .any(|per| snap.counter(&per.stats_name(n.node)) != 0)
             })
+            .map(|n| n.node)
             .collect();
         let series = registry_series(&nodes);
         for family in by_family(&series) {
