@@ -202,19 +202,67 @@ const END: &str = "<!-- end settings -->";
 
 /// `readme` with each generated table replaced by what the table of settings says now.
 pub fn readme_with_tables(readme: &str) -> String {
+    replace_generated(readme, BEGIN, END, |rest| {
+        let name = rest.split_whitespace().next().unwrap_or_default();
+        README_TABLES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, sections)| readme_table(sections))
+            .unwrap_or_default()
+    })
+}
+
+/// Tests that README.md is what `generate` makes of it (its tables, `what`, generated from
+/// `source`), or with `PGHOTD_UPDATE_README=1` makes it so; `test` is the test's path, for the
+/// command the failure suggests.
+#[cfg(test)]
+pub fn assert_readme_generated(
+    generate: impl Fn(&str) -> String,
+    what: &str,
+    source: &str,
+    test: &str,
+) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let readme = std::fs::read_to_string(&path).unwrap();
+    let generated = generate(&readme);
+    if generated == readme {
+        return;
+    }
+    if std::env::var_os("PGHOTD_UPDATE_README").is_some() {
+        std::fs::write(&path, generated).unwrap();
+        return;
+    }
+    let differ: Vec<(&str, &str)> = readme
+        .lines()
+        .zip(generated.lines())
+        .filter(|(a, b)| a != b)
+        .take(3)
+        .collect();
+    panic!(
+        "README.md's {what} do not match {source} (first differences: {differ:#?}); \
+         rewrite them with PGHOTD_UPDATE_README=1 cargo test --lib {test}"
+    );
+}
+
+/// `readme` with what follows each line starting with `begin`, up to the next line starting
+/// with `end`, replaced by `generate(the rest of the begin line)`: README.md's generated
+/// tables (settings here, metrics in `control::metrics`).
+pub fn replace_generated(
+    readme: &str,
+    begin: &str,
+    end: &str,
+    generate: impl Fn(&str) -> String,
+) -> String {
     let mut out = String::with_capacity(readme.len());
     let mut lines = readme.split_inclusive('\n');
     while let Some(line) = lines.next() {
         out.push_str(line);
-        let Some(rest) = line.strip_prefix(BEGIN) else {
+        let Some(rest) = line.strip_prefix(begin) else {
             continue;
         };
-        let name = rest.split_whitespace().next().unwrap_or_default();
-        if let Some((_, sections)) = README_TABLES.iter().find(|(n, _)| *n == name) {
-            out.push_str(&readme_table(sections));
-        }
+        out.push_str(&generate(rest));
         for skipped in lines.by_ref() {
-            if skipped.starts_with(END) {
+            if skipped.starts_with(end) {
                 out.push_str(skipped);
                 break;
             }

@@ -387,26 +387,11 @@ fn an_explicit_missing_config_is_an_error_the_default_is_not() {
 /// README.md's settings tables are the generated ones; `PGHOTD_UPDATE_README=1` rewrites them.
 #[test]
 fn the_readme_settings_tables_are_generated_from_the_table() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(&path).unwrap();
-    let generated = docs::readme_with_tables(&readme);
-    if generated == readme {
-        return;
-    }
-    if std::env::var_os("PGHOTD_UPDATE_README").is_some() {
-        std::fs::write(&path, generated).unwrap();
-        return;
-    }
-    let differ: Vec<(&str, &str)> = readme
-        .lines()
-        .zip(generated.lines())
-        .filter(|(a, b)| a != b)
-        .take(3)
-        .collect();
-    panic!(
-        "README.md's settings tables differ from src/config/defs.rs (first differences: \
-         {differ:#?}); rewrite them with PGHOTD_UPDATE_README=1 cargo test --lib \
-         config::tests::the_readme"
+    docs::assert_readme_generated(
+        docs::readme_with_tables,
+        "settings tables",
+        "src/config/defs.rs",
+        "config::tests::the_readme",
     );
 }
 

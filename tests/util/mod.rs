@@ -188,3 +188,52 @@ pub fn tool_present(tool: &str) -> bool {
     }
     found
 }
+
+/// `text` read by the Prometheus Python client's OpenMetrics parser (tests/openmetrics/parse.py):
+/// its families, each `{"name", "type", "unit", "help", "samples": [{"name", "labels",
+/// "value"}]}`. Not valid OpenMetrics, or no parser, fails the test: the parser is the
+/// reference this output is checked against, so a missing one is never a skip (.ci/run installs
+/// python3-prometheus-client). The interpreter is `PGHOTD_PYTHON`, else /usr/bin/python3, the
+/// one Debian's package installs the module for (a python3 earlier on PATH, such as pyenv's,
+/// may not have it).
+pub fn openmetrics(text: &str) -> Vec<serde_json::Value> {
+    use std::io::Write as _;
+    let python = std::env::var_os("PGHOTD_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let debian = PathBuf::from("/usr/bin/python3");
+            if debian.is_file() {
+                debian
+            } else {
+                PathBuf::from("python3")
+            }
+        });
+    let script = workspace_root().join("tests/openmetrics/parse.py");
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {} for the OpenMetrics parser: {e}; install python3-prometheus-client",
+                python.display()
+            )
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{} {}: {}\n--- the text ---\n{text}",
+        python.display(),
+        script.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("parse.py prints JSON")
+}
