@@ -268,7 +268,17 @@ fn the_read_only_socket_answers_reads_and_refuses_every_change() {
     let ro = dir.path().join("ro.sock");
     let ro_arg = ro.to_str().unwrap().to_string();
     let d = Daemon::start(&["--readonly-socket", &ro_arg]);
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+    // The read-only socket is bound just after the control socket that `start` waited for.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::metadata(&ro).is_ok_and(|m| m.file_type().is_socket()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never bound",
+            ro.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let meta = std::fs::metadata(&ro).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     // Group pghot-monitor where it exists, else root's.
