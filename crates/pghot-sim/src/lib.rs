@@ -18,6 +18,7 @@
 
 pub mod baselines;
 pub mod memory;
+pub mod seed;
 pub mod thp;
 pub mod workload;
 
@@ -87,9 +88,25 @@ pub enum Policy {
 }
 
 /// Latency and CPU costs of the model.
+///
+/// Latency is linear in the share of accesses the fast tier serves, between a fully-placed and
+/// a slow (nothing placed) latency. The pghot series measured on two kernels and says its
+/// cross-kernel latencies differ: its base kernel (B0, N2, D3) reached 119 ns fully placed
+/// (D3, and N2's first interval), while its pghot kernel (H10, H5) reached 92 ns with only
+/// 73 % of the hot set placed, which no placement-weighted latency above 92 ns allows. So the
+/// model has one fully-placed latency per kernel: `base_fast_ns` for the baseline, NUMAB2 and
+/// DAMON, `fast_ns` for the pghot rows, and pghotd (the same IBS-sampled promotion, compared
+/// with the H rows on their kernel).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct CostModel {
+    /// Effective latency with every access served by the fast tier, on the pghot series' pghot
+    /// kernel (cache hits of the chase included). Fitted with the pointer chase's skew to rows
+    /// H10 and H5 (215 and 92 ns); see `workload::PC_HOT_EXPONENT`.
     pub fast_ns: f64,
+    /// The same on the series' base kernel: row D3's 119 ns (DAMON had the whole hot set
+    /// placed), which is also N2's first interval.
+    pub base_fast_ns: f64,
+    /// Nothing placed: the series' B0 (320 ns), on either kernel.
     pub slow_ns: f64,
     /// Daemon CPU per sample: ring read, parse, the ingest path (measured ~120 ns, see
     /// BENCHMARKS.md) and its share of wake-ups.
@@ -98,23 +115,51 @@ pub struct CostModel {
     pub migrate_cpu_ns: f64,
     /// Per page queried (move_pages with no nodes).
     pub query_cpu_ns: f64,
+    /// Multiplies every latency: 1 but for NUMAB2 ([`baselines::NUMAB_STEADY_TAX`]).
+    pub latency_factor: f64,
 }
+
+/// The series' kmigrated: its CPU over 240 s was 20 s (H10, 1.29 M pages promoted) and 38 s
+/// (H5, 3.15 M pages). Solved for a fixed share plus a per-page cost, by hand from those two
+/// rows: 18 s / 1.86 M pages = 9.68 us per page, and (20 s - 1.29 M x 9.68 us) / 240 s =
+/// 3.13 % of a core for its 100 ms scans. Used for the rows that stand for the series' H10
+/// and H5 (`Report::kmigrated_cpu_pct`); pghotd's own CPU is `CostModel`'s.
+pub const KMIGRATED_PAGE_NS: f64 = 9_680.0;
+pub const KMIGRATED_FIXED_PCT: f64 = 3.13;
 
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
-            fast_ns: 110.0,
+            fast_ns: 30.0,
+            base_fast_ns: 119.0,
             slow_ns: 320.0,
             sample_cpu_ns: 500.0,
             migrate_cpu_ns: 2500.0,
             query_cpu_ns: 200.0,
+            latency_factor: 1.0,
         }
     }
 }
 
 impl CostModel {
     fn latency_ns(&self, fast_share: f64) -> f64 {
-        fast_share * self.fast_ns + (1.0 - fast_share) * self.slow_ns
+        (fast_share * self.fast_ns + (1.0 - fast_share) * self.slow_ns) * self.latency_factor
+    }
+
+    /// The model as seen by `policy`: its kernel's fully-placed latency.
+    fn for_policy(&self, policy: &Policy) -> CostModel {
+        match policy {
+            Policy::Pghotd(_) => *self,
+            Policy::Baseline | Policy::Damon => CostModel {
+                fast_ns: self.base_fast_ns,
+                ..*self
+            },
+            Policy::Numab2 => CostModel {
+                fast_ns: self.base_fast_ns,
+                latency_factor: self.latency_factor * (1.0 + baselines::NUMAB_STEADY_TAX),
+                ..*self
+            },
+        }
     }
 }
 
@@ -176,6 +221,18 @@ pub struct Report {
     /// The fast tier never went past its watermark (2 % kept free).
     pub watermark_kept: bool,
     pub hint_faults: Option<u64>,
+    /// NUMAB2: PTEs made PROT_NONE by the scanner (numa_pte_updates), full size.
+    pub pte_updates: Option<u64>,
+    /// NUMAB2: promotions before the timed window (the series' load phase), full-size GB.
+    pub lead_in_gb: Option<f64>,
+    /// DAMON: bytes the scheme migrated (sz_applied), full-size GB; quota windows that ran
+    /// out (qt_exceeds); regions at the end.
+    pub damon_applied_gb: Option<f64>,
+    pub damon_quota_exceeds: Option<u64>,
+    pub damon_regions: Option<u64>,
+    /// pghotd runs: what the series' kmigrated would have spent promoting the same pages,
+    /// % of one core (see [`KMIGRATED_PAGE_NS`]).
+    pub kmigrated_cpu_pct: Option<f64>,
     /// Seconds from each hot-set shift to 95 % coverage (None: not reached before the next).
     pub recovery_95_s: Vec<Option<f64>>,
     pub timeline: Vec<Row>,
@@ -391,7 +448,7 @@ impl Engine {
     fn new(policy: &Policy, mem: &SharedMemory, pages: usize, scale: f64) -> Engine {
         match policy {
             Policy::Baseline => Engine::Baseline,
-            Policy::Numab2 => Engine::Numab2(Numab2::new(scale)),
+            Policy::Numab2 => Engine::Numab2(Numab2::new(scale, pages)),
             Policy::Damon => Engine::Damon(Damon::new(pages, scale)),
             Policy::Pghotd(policy) => {
                 Engine::Pghotd(Box::new(PghotdEngine::new(policy, mem, pages, scale)))
@@ -492,6 +549,10 @@ impl Progress {
 
 /// Runs one simulation.
 pub fn run(p: &SimParams) -> Report {
+    let p = &SimParams {
+        costs: p.costs.for_policy(&p.policy),
+        ..p.clone()
+    };
     let scale = p.scale.max(1.0);
     let mut workload = Workload::new(p.shape, scale, p.seed);
     let fast_pages = (workload.spec.fast_gib * GIB / PAGE_BYTES / scale) as u64;
@@ -503,6 +564,26 @@ pub fn run(p: &SimParams) -> Report {
     }
     let mut rng = SplitMix64::stream(p.seed, 1);
     let mut engine = Engine::new(&p.policy, &mem, workload.pages(), scale);
+    if let Engine::Numab2(n) = &mut engine {
+        // The series' load phase: NUMAB2 was already scanning before the timed window.
+        let mut t_s = 0.0;
+        while t_s < baselines::NUMAB_LEAD_IN_S {
+            t_s += TICK_S;
+            let latency = p.costs.latency_ns(mem.lock().fast_access_share());
+            let mut tick = Tick {
+                dt_s: TICK_S,
+                access_rate: workload.access_rate(latency),
+                scale,
+                mem: &mut mem.lock(),
+                rng: &mut rng,
+                reserve_pages,
+            };
+            n.tick(&mut tick);
+        }
+        let mut m = mem.lock();
+        n.end_lead_in(m.moved_to_fast);
+        m.moved_to_fast = 0;
+    }
     let ticks = (p.duration_s / TICK_S).round() as u64;
     // At most MAX_TIMELINE_ROWS rows, however long the run: wider rows past that.
     let report_every = ((p.report_every_s / TICK_S).round() as u64)
@@ -574,6 +655,35 @@ fn report(
         watermark_kept: m.peak_fast_used <= m.fast_capacity_pages - reserve_pages,
         hint_faults: match engine {
             Engine::Numab2(n) => Some((n.hint_faults * scale) as u64),
+            _ => None,
+        },
+        pte_updates: match engine {
+            Engine::Numab2(n) => Some((n.pte_updates as f64 * scale) as u64),
+            _ => None,
+        },
+        lead_in_gb: match engine {
+            Engine::Numab2(n) => Some(n.lead_in_pages as f64 * scale * PAGE_BYTES / GIB),
+            _ => None,
+        },
+        damon_applied_gb: match engine {
+            Engine::Damon(d) => Some(d.applied_pages as f64 * scale * PAGE_BYTES / GIB),
+            _ => None,
+        },
+        damon_quota_exceeds: match engine {
+            Engine::Damon(d) => Some(d.quota_exceeds),
+            _ => None,
+        },
+        damon_regions: match engine {
+            Engine::Damon(d) => Some(d.regions() as u64),
+            _ => None,
+        },
+        kmigrated_cpu_pct: match engine {
+            Engine::Pghotd(_) => Some(
+                KMIGRATED_FIXED_PCT
+                    + m.moved_to_fast as f64 * scale * KMIGRATED_PAGE_NS
+                        / 1e7
+                        / p.duration_s.max(TICK_S),
+            ),
             _ => None,
         },
         recovery_95_s: progress.recovery,

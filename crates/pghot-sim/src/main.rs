@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use pghot_sim::seed;
 use pghot_sim::thp::{ThpParams, ThpPolicy, ThpShape, run_thp, thp_table};
 use pghot_sim::workload::Shape;
 use pghot_sim::{CostModel, PeriodSetting, PghotdPolicy, Policy, Report, SimParams, run};
@@ -227,8 +228,50 @@ fn main() -> ExitCode {
     }
     if !args.json {
         print_table(&reports);
+        if args.compare == Some(Shape::PointerChase) {
+            print_seed_comparison(&reports);
+        }
     }
     ExitCode::SUCCESS
+}
+
+/// The pghot series' pointer-chase figures next to the model's, with the error.
+fn print_seed_comparison(reports: &[Report]) {
+    let rows = seed::compare(seed::POINTER_CHASE, reports);
+    println!();
+    println!(
+        "against the pghot series' pointer-chase table (fitted: bar 25 %; check: bar 2x; \
+         pghot-sim/src/seed.rs)"
+    );
+    println!(
+        "{:<4} {:<20} {:>12} {:>12} {:>8} {:<7} {:>4}",
+        "row", "metric", "seed", "model", "error", "kind", "bar"
+    );
+    let num = |v: f64| {
+        if v.abs() >= 1e5 {
+            format!("{:.2}M", v / 1e6)
+        } else {
+            format!("{v:.1}")
+        }
+    };
+    for c in &rows {
+        println!(
+            "{:<4} {:<20} {:>12} {:>12} {:>8} {:<7} {:>4}",
+            c.figure.row,
+            c.figure.metric.name(),
+            num(c.figure.value),
+            num(c.model),
+            c.error_pct.map_or("-".into(), |e| format!("{e:+.0}%")),
+            if c.figure.fitted { "fitted" } else { "check" },
+            if c.within_bar { "ok" } else { "MISS" }
+        );
+    }
+    let missed = rows.iter().filter(|c| !c.within_bar).count();
+    println!(
+        "{} of {} figures within their bar",
+        rows.len() - missed,
+        rows.len()
+    );
 }
 
 /// Prints one report as a JSON line; false (said on stderr) when it cannot be written.
