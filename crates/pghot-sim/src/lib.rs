@@ -775,9 +775,16 @@ mod tests {
         assert!((r.latency_ns - 320.0).abs() < 1e-9);
     }
 
+    /// At the daemon's default budget. (At 5 % it no longer does since issue 22's calibration:
+    /// the series' p5008 sped the chase up so much that its own events grew 4.2x, and the
+    /// model's p5008 now spends ~7 % of a core.)
     #[test]
     fn pointer_chase_auto_reaches_99_percent_before_period_5008_within_budget() {
-        let auto = run(&params(Shape::PointerChase, pghotd(AUTO, 1, false), 700.0));
+        let budget = f64::from(::pghotd::config::Config::default().ibs_cpu_budget_pct);
+        let auto = PeriodSetting::Auto {
+            cpu_budget_pct: budget,
+        };
+        let auto = run(&params(Shape::PointerChase, pghotd(auto, 1, false), 700.0));
         let fixed = run(&params(
             Shape::PointerChase,
             pghotd(PeriodSetting::Fixed(5008), 1, false),
@@ -793,7 +800,11 @@ mod tests {
             "{}",
             auto.over_promotion_pct
         );
-        assert!(auto.cpu_peak_pct.unwrap() <= 5.0, "{:?}", auto.cpu_peak_pct);
+        assert!(
+            auto.cpu_peak_pct.unwrap() <= budget,
+            "{:?}",
+            auto.cpu_peak_pct
+        );
     }
 
     #[test]
@@ -836,12 +847,114 @@ mod tests {
     fn numab2_and_damon_models_show_the_seeds_shape() {
         let numab = run(&params(Shape::PointerChase, Policy::Numab2, 240.0));
         let damon = run(&params(Shape::PointerChase, Policy::Damon, 240.0));
-        // NUMAB2 places (nearly) the hot set; DAMON moves whole regions, cold pages included.
+        // NUMAB2 places the hot set and nothing else; DAMON moves whole regions of the hot
+        // span, cold pages included.
         assert!(
-            numab.coverage_pct > 85.0 && numab.over_promotion_pct < 10.0,
+            numab.coverage_pct > 95.0 && numab.over_promotion_pct < 1.0,
             "{numab:?}"
         );
-        assert!(damon.over_promotion_pct > damon.coverage_pct, "{damon:?}");
+        assert!(damon.over_promotion_pct > 20.0, "{damon:?}");
         assert!(numab.hint_faults.unwrap() > 0 && numab.cpu_pct.is_none());
+        assert!(numab.pte_updates.unwrap() > numab.hint_faults.unwrap());
+    }
+
+    /// The pghot series' pointer-chase table, written out by hand from its reply
+    /// "Tiered-memory promotion: baseline vs NUMA-balancing vs DAMON vs pghot hwhints (IBS)"
+    /// (/work/shared/seeds/000_ac3da8caf57278cd.txt), against the model at the scale of
+    /// BENCHMARKS.md. Issue 22's bar: the figures the model was fitted to within 25 %, the
+    /// counters it was not fitted to within a factor of 2.
+    #[test]
+    fn the_pointer_chase_reproduces_the_seeds_table() {
+        let at64 = |policy| {
+            run(&SimParams {
+                scale: 64.0,
+                seed: 1,
+                ..params(Shape::PointerChase, policy, 240.0)
+            })
+        };
+        let fixed = |p| pghotd(PeriodSetting::Fixed(p), 1, false);
+        let b0 = at64(Policy::Baseline);
+        let n2 = at64(Policy::Numab2);
+        let d3 = at64(Policy::Damon);
+        let h10 = at64(fixed(10_000));
+        let h5 = at64(fixed(5008));
+        let within = |what: &str, model: f64, seed: f64, bar: f64| {
+            let ratio = model / seed;
+            assert!(
+                ratio >= 1.0 / bar && ratio <= bar,
+                "{what}: model {model} vs the series' {seed}"
+            );
+        };
+        let fitted = |what: &str, model: f64, seed: f64| {
+            assert!(
+                (model / seed - 1.0).abs() <= 0.25,
+                "{what}: model {model} vs the series' {seed}"
+            );
+        };
+        // lat (ns) and node0 (GB) of each row.
+        fitted("B0 lat", b0.latency_ns, 320.0);
+        assert_eq!(b0.fast_gb, 0.0);
+        fitted("N2 lat", n2.latency_ns, 143.0);
+        fitted("N2 node0", n2.fast_gb, 16.0);
+        fitted("D3 lat", d3.latency_ns, 119.0);
+        fitted("D3 node0", d3.fast_gb, 23.9);
+        fitted("H10 lat", h10.latency_ns, 215.0);
+        fitted("H10 node0", h10.fast_gb, 4.9);
+        fitted("H5 lat", h5.latency_ns, 92.0);
+        fitted("H5 node0", h5.fast_gb, 11.6);
+        // km 20 s and 38 s over 240 s (the kmigrated cost was solved from these two).
+        fitted("H10 km", h10.kmigrated_cpu_pct.unwrap(), 20.0 / 2.4);
+        fitted("H5 km", h5.kmigrated_cpu_pct.unwrap(), 38.0 / 2.4);
+        // The supporting counters, not fitted.
+        within(
+            "N2 hint faults",
+            n2.hint_faults.unwrap() as f64,
+            3.73e6,
+            2.0,
+        );
+        within(
+            "N2 pte updates",
+            n2.pte_updates.unwrap() as f64,
+            12.9e6,
+            2.0,
+        );
+        within("N2 promoted", n2.promoted_mb / 1024.0, 14.6, 2.0);
+        within("D3 sz_applied", d3.damon_applied_gb.unwrap(), 24.7, 2.0);
+        within(
+            "D3 qt_exceeds",
+            d3.damon_quota_exceeds.unwrap() as f64,
+            229.0,
+            2.0,
+        );
+        within("D3 kd", d3.cpu_pct.unwrap(), 13.0 / 2.4, 2.0);
+        let regions = d3.damon_regions.unwrap() as f64;
+        assert!((21.0 / 2.0..=71.0 * 2.0).contains(&regions), "{regions}");
+        within("H10 events", h10.samples as f64, 1.40e6, 2.0);
+        within("H5 events", h5.samples as f64, 5.91e6, 2.0);
+        // pgpromote_success, pages.
+        within("H10 promoted", h10.promoted_mb * 256.0, 1.29e6, 2.0);
+        within("H5 promoted", h5.promoted_mb * 256.0, 3.15e6, 2.0);
+    }
+
+    /// Issue 22's policy bar, within the series' 240 s: pghotd's auto period at the daemon's
+    /// default budget and the series' freq_threshold 1 covers the hot set (>= 99 %, <= 2 %
+    /// over), beats every row's latency (the lowest, H5's, is 92 ns) and stays under H5's
+    /// 16 % of a core.
+    #[test]
+    fn pghotd_auto_is_ahead_of_every_seed_row_in_240_s() {
+        let budget = f64::from(::pghotd::config::Config::default().ibs_cpu_budget_pct);
+        let auto = PeriodSetting::Auto {
+            cpu_budget_pct: budget,
+        };
+        let r = run(&SimParams {
+            scale: 64.0,
+            seed: 1,
+            ..params(Shape::PointerChase, pghotd(auto, 1, false), 240.0)
+        });
+        assert!(r.coverage_pct >= 99.0, "{}", r.coverage_pct);
+        assert!(r.over_promotion_pct <= 2.0, "{}", r.over_promotion_pct);
+        assert!(r.latency_ns < 92.0, "{}", r.latency_ns);
+        assert!(r.cpu_pct.unwrap() <= 16.0, "{:?}", r.cpu_pct);
+        assert!(r.cpu_peak_pct.unwrap() <= 16.0, "{:?}", r.cpu_peak_pct);
     }
 }

@@ -40,9 +40,9 @@ struct Args {
     /// pghotd's sampling period: "auto" or a number of ops.
     #[arg(long, default_value = "auto", value_parser = parse_period)]
     period: PeriodArg,
-    /// CPU budget of the auto period, % of one core (above 0, at most 100, as the daemon's
-    /// ibs.cpu_budget_pct).
-    #[arg(long, default_value_t = 5.0, value_parser = in_range(0.0, 100.0))]
+    /// CPU budget of the auto period, % of one core (above 0, at most 100; the default is the
+    /// daemon's ibs.cpu_budget_pct).
+    #[arg(long, default_value_t = daemon_budget_pct(), value_parser = in_range(0.0, 100.0))]
     cpu_budget_pct: f64,
     /// Samples within the window that make a page a candidate (1..=65535, as the daemon's).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
@@ -87,6 +87,11 @@ struct Args {
     /// A THP lab shape; repeat for several.
     #[arg(long, value_enum)]
     thp_shape: Vec<ThpShape>,
+}
+
+/// pghotd's default `ibs.cpu_budget_pct`.
+fn daemon_budget_pct() -> f64 {
+    f64::from(pghotd::config::Config::default().ibs_cpu_budget_pct)
 }
 
 #[derive(Debug, Clone, Copy)]

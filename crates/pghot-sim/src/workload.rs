@@ -385,6 +385,27 @@ mod tests {
     }
 
     #[test]
+    fn the_pointer_chase_hot_set_is_skewed_and_lies_in_its_span() {
+        let w = Workload::new(Shape::PointerChase, 64.0, 1);
+        let (hot, weight) = w.truth();
+        let span = (w.pages() as f64 * 0.375) as usize;
+        assert!(hot.iter().enumerate().all(|(p, &h)| !h || p < span));
+        assert_eq!(w.hot_pages(), w.pages() / 4);
+        let mut hot_w: Vec<f64> = (0..w.pages())
+            .filter(|&p| hot[p])
+            .map(|p| weight[p])
+            .collect();
+        hot_w.sort_by(|a, b| b.total_cmp(a));
+        // Zipf 0.55: the top tenth of the hot pages takes about 0.1^0.45 = 35 % of the
+        // accesses, the coldest hot page about (1 - 0.55) = 0.45 of the mean.
+        let top: f64 = hot_w[..hot_w.len() / 10].iter().sum();
+        assert!((0.33..0.38).contains(&top), "{top}");
+        let mean = 0.99999 / hot_w.len() as f64;
+        let coldest = hot_w.last().unwrap() / mean;
+        assert!((0.44..0.47).contains(&coldest), "{coldest}");
+    }
+
+    #[test]
     fn graph_hot_set_takes_80_percent_and_zipf_half_the_keyspace() {
         let g = Workload::new(Shape::Graph, 4096.0, 1);
         let (hot, weight) = g.truth();
