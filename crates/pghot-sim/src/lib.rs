@@ -214,6 +214,9 @@ pub struct Report {
     pub cpu_peak_pct: Option<f64>,
     /// Mean access latency over the last 25 % of the run (the pghot series' "lat").
     pub latency_ns: f64,
+    /// The workload's access rate over the last 25 % against no tiering (slow latency
+    /// everywhere): the model's stand-in for the series' throughput ratios (TEPS, ops/s).
+    pub speedup: f64,
     pub samples: u64,
     pub period_final: Option<u64>,
     /// Most of the fast tier ever in use, % of its capacity.
@@ -646,6 +649,11 @@ fn report(
         cpu_pct: cpu.map(|c| c * 100.0 / p.duration_s.max(TICK_S)),
         cpu_peak_pct: progress.cpu_peak,
         latency_ns: progress.lat_sum / progress.lat_n.max(1) as f64,
+        speedup: {
+            let compute = workload.spec.compute_ns;
+            let lat = progress.lat_sum / progress.lat_n.max(1) as f64;
+            (compute + p.costs.slow_ns) / (compute + lat).max(1e-9)
+        },
         samples: match engine {
             Engine::Pghotd(e) => (e.samples as f64 * scale) as u64,
             _ => 0,

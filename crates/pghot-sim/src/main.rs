@@ -233,11 +233,42 @@ fn main() -> ExitCode {
     }
     if !args.json {
         print_table(&reports);
-        if args.compare == Some(Shape::PointerChase) {
-            print_seed_comparison(&reports);
+        match args.compare {
+            Some(Shape::PointerChase) => print_seed_comparison(&reports),
+            Some(shape) => print_shape_ratios(shape, &reports),
+            None => {}
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The pghot series' Redis and Graph500 ratios next to the model's.
+fn print_shape_ratios(shape: Shape, reports: &[Report]) {
+    let rows = seed::shape_ratios(shape, reports);
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "against the pghot series' {} rows (ratios; not fitted, no bar)",
+        shape.name()
+    );
+    println!(
+        "{:<28} {:>8} {:>8} {:>8}",
+        "ratio", "seed", "model", "error"
+    );
+    for r in rows {
+        println!(
+            "{:<28} {:>8.3} {:>8} {:>8}",
+            r.what,
+            r.seed,
+            opt(r.model, 3),
+            r.model.map_or("-".into(), |m| format!(
+                "{:+.0}%",
+                (m / r.seed - 1.0) * 100.0
+            ))
+        );
+    }
 }
 
 /// The pghot series' pointer-chase figures next to the model's, with the error.

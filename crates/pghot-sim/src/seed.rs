@@ -162,3 +162,77 @@ pub fn compare(figures: &[SeedFigure], reports: &[Report]) -> Vec<Compared> {
         })
         .collect()
 }
+
+/// A ratio the series reports for another workload, against the model's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShapeRatio {
+    pub what: &'static str,
+    pub seed: f64,
+    pub model: Option<f64>,
+}
+
+/// The series' Redis (C1-C4, "Redis + memtier" reply, Tables 1 and 2) and Graph500 (C1-C3,
+/// "Graph500 tiering comparison" reply, Tables 1 and 2) rows as ratios, since the model's
+/// footprints and throughput are not theirs: throughput against no tiering, and pages
+/// promoted against NUMAB2's. Not fitted; no bar (`--compare zipf` / `--compare graph`).
+pub fn shape_ratios(shape: crate::workload::Shape, reports: &[Report]) -> Vec<ShapeRatio> {
+    use crate::workload::Shape;
+    let find = |label: &str| reports.iter().find(|r| r.label == label);
+    let speedup = |label: &str| find(label).map(|r| r.speedup);
+    let promoted_vs_numab = |label: &str| {
+        let n = find("NUMAB2-like")?.promoted_mb;
+        Some(find(label)?.promoted_mb / n).filter(|_| n > 0.0)
+    };
+    let ratio = |what, seed, model| ShapeRatio { what, seed, model };
+    match shape {
+        Shape::Zipf => vec![
+            // ops/sec 295,475 / 285,288; 285,923 / 285,288; 285,290 / 285,288.
+            ratio(
+                "NUMAB2 ops/s vs C1",
+                295_475.0 / 285_288.0,
+                speedup("NUMAB2-like"),
+            ),
+            ratio(
+                "p10000 ops/s vs C1",
+                285_923.0 / 285_288.0,
+                speedup("pghot p10000 thr1"),
+            ),
+            ratio(
+                "p5008 ops/s vs C1",
+                285_290.0 / 285_288.0,
+                speedup("pghot p5008 thr1"),
+            ),
+            // pgpromote_success 575,010 and 1,107,371 against NUMAB2's 10,433,506.
+            ratio(
+                "p10000 promoted / NUMAB2's",
+                575_010.0 / 10_433_506.0,
+                promoted_vs_numab("pghot p10000 thr1"),
+            ),
+            ratio(
+                "p5008 promoted / NUMAB2's",
+                1_107_371.0 / 10_433_506.0,
+                promoted_vs_numab("pghot p5008 thr1"),
+            ),
+        ],
+        Shape::Graph => vec![
+            // hmean TEPS 1.298e9 and 1.755e9 against 5.543e8.
+            ratio(
+                "NUMAB2 TEPS vs C1",
+                1.298e9 / 5.543e8,
+                speedup("NUMAB2-like"),
+            ),
+            ratio(
+                "p10000 TEPS vs C1",
+                1.755e9 / 5.543e8,
+                speedup("pghot p10000 thr1"),
+            ),
+            // pgpromote_success 3,702,779 against NUMAB2's 13,317,996.
+            ratio(
+                "p10000 promoted / NUMAB2's",
+                3_702_779.0 / 13_317_996.0,
+                promoted_vs_numab("pghot p10000 thr1"),
+            ),
+        ],
+        _ => Vec::new(),
+    }
+}
