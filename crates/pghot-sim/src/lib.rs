@@ -4,14 +4,19 @@
 //! simulated time.
 //!
 //! Time advances in 10 ms ticks. Each tick the workload's access rate follows from the mean
-//! latency of where its pages are (fast 110 ns, slow 320 ns: the series' no-tiering 320 ns), the
-//! IBS-like sampler takes `tag_efficiency * rate / period` samples (scaled), each an access
+//! latency of where its pages are (slow 320 ns: the series' no-tiering B0; fully placed, one
+//! latency per kernel of the series, see [`CostModel`]), the IBS-like sampler takes
+//! `tag_efficiency * rate / period` samples (scaled), each an access
 //! drawn from the workload's distribution, and hands them to the recorder; every 100 ms the
 //! migrator processes its queue; every second the controller (period `auto`) sets the period.
 //! The daemon's CPU is modelled per sample and per page moved or queried ([`CostModel`]) and
 //! reported as the full-size equivalent (scaled cost times the scale).
 //!
 //! Everything is deterministic for a seed: one SplitMix64 stream per run, no wall clock.
+//!
+//! The pointer chase is calibrated to the pghot series' table (issue 22): its free constants
+//! were fitted once to that table, and [`seed`] holds the series' figures that
+//! `pghot-sim --compare pointer-chase` prints next to the model's.
 //!
 //! [`thp`] is a second, smaller lab: the rig's THP shapes (issue 24) against pghotd's THP
 //! admission (`pghot-sim --thp-matrix`).

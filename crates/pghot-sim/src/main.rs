@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! pghot-sim --workload pointer-chase --period auto --json
-//! pghot-sim --compare pointer-chase      # the pghot series' comparison table
+//! pghot-sim --compare pointer-chase      # the pghot series' table, its figures next to ours
 //! pghot-sim --thp-matrix                 # THP shapes x THP admission policies (issue 24)
 //! ```
 
@@ -76,7 +76,9 @@ struct Args {
     #[arg(long)]
     timeline: bool,
     /// Run the comparison set for this workload: baseline, NUMAB2, DAMON, pghot at periods
-    /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies.
+    /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies; for
+    /// pointer-chase, zipf and graph also the series' figures next to the model's, with the
+    /// error.
     #[arg(long, value_enum)]
     compare: Option<Shape>,
     /// Run the THP lab instead: every `--thp-shape` (all of them if none is given) under
