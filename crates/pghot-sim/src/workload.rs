@@ -69,9 +69,12 @@ const GIB_PAGES: f64 = (1u64 << 30) as f64 / 4096.0;
 /// 11.6 GB placed, 215 and 92 ns): with uniform heat no single fast latency gives both, since
 /// the series' p5008 reached its lowest latency with only 73 % of the hot set placed.
 pub const PC_HOT_EXPONENT: f64 = 0.55;
-/// IBS events per access per period for the pointer chase: the ops between two chase loads,
-/// of which only the L3-missing load is an event (l3miss-only=1). Fitted to row H10's
-/// placement (4.9 GB in 240 s at period 10000, freq_threshold 1).
+/// IBS events per access per period for the pointer chase. IBS counts ops: with k ops per
+/// chase step, one op in `period` is tagged, 1/k of the tagged ops is the chase's load, and with
+/// l3miss-only=1 only a load that missed L3 becomes an event; so events/s = accesses/s x k /
+/// period x (1/k) x m = accesses/s x m / period, and this constant is m, the share of chase
+/// loads that miss L3 (the rest are reuse hits). Fitted to row H10's placement (4.9 GB in
+/// 240 s at period 10000, freq_threshold 1); the series' event counts are the check.
 pub const PC_TAG_EFFICIENCY: f64 = 0.33;
 /// Share of the buffer, from its start, over which the hot pages are scattered (the rest of
 /// the buffer is cold). Fitted to row D3's placement: DAMON's regions find the span and
