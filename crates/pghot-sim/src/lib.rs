@@ -4,8 +4,9 @@
 //! simulated time.
 //!
 //! Time advances in 10 ms ticks. Each tick the workload's access rate follows from the mean
-//! latency of where its pages are (fast 110 ns, slow 320 ns: the series' no-tiering 320 ns), the
-//! IBS-like sampler takes `tag_efficiency * rate / period` samples (scaled), each an access
+//! latency of where its pages are (slow 320 ns: the series' no-tiering B0; fully placed, one
+//! latency per kernel of the series, see [`CostModel`]), the IBS-like sampler takes
+//! `tag_efficiency * rate / period` samples (scaled), each an access
 //! drawn from the workload's distribution, and hands them to the recorder; every 100 ms the
 //! migrator processes its queue; every second the controller (period `auto`) sets the period.
 //! The daemon's CPU is modelled per sample and per page moved or queried ([`CostModel`]) and
@@ -13,11 +14,16 @@
 //!
 //! Everything is deterministic for a seed: one SplitMix64 stream per run, no wall clock.
 //!
+//! The pointer chase is calibrated to the pghot series' table (issue 22): its free constants
+//! were fitted once to that table, and [`seed`] holds the series' figures that
+//! `pghot-sim --compare pointer-chase` prints next to the model's.
+//!
 //! [`thp`] is a second, smaller lab: the rig's THP shapes (issue 24) against pghotd's THP
 //! admission (`pghot-sim --thp-matrix`).
 
 pub mod baselines;
 pub mod memory;
+pub mod seed;
 pub mod thp;
 pub mod workload;
 
@@ -87,9 +93,25 @@ pub enum Policy {
 }
 
 /// Latency and CPU costs of the model.
+///
+/// Latency is linear in the share of accesses the fast tier serves, between a fully-placed and
+/// a slow (nothing placed) latency. The pghot series measured on two kernels and says its
+/// cross-kernel latencies differ: its base kernel (B0, N2, D3) reached 119 ns fully placed
+/// (D3, and N2's first interval), while its pghot kernel (H10, H5) reached 92 ns with only
+/// 73 % of the hot set placed, which no placement-weighted latency above 92 ns allows. So the
+/// model has one fully-placed latency per kernel: `base_fast_ns` for the baseline, NUMAB2 and
+/// DAMON, `fast_ns` for the pghot rows, and pghotd (the same IBS-sampled promotion, compared
+/// with the H rows on their kernel).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct CostModel {
+    /// Effective latency with every access served by the fast tier, on the pghot series' pghot
+    /// kernel (cache hits of the chase included). Fitted with the pointer chase's skew to rows
+    /// H10 and H5 (215 and 92 ns); see `workload::PC_HOT_EXPONENT`.
     pub fast_ns: f64,
+    /// The same on the series' base kernel: row D3's 119 ns (DAMON had the whole hot set
+    /// placed), which is also N2's first interval.
+    pub base_fast_ns: f64,
+    /// Nothing placed: the series' B0 (320 ns), on either kernel.
     pub slow_ns: f64,
     /// Daemon CPU per sample: ring read, parse, the ingest path (measured ~120 ns, see
     /// BENCHMARKS.md) and its share of wake-ups.
@@ -98,23 +120,51 @@ pub struct CostModel {
     pub migrate_cpu_ns: f64,
     /// Per page queried (move_pages with no nodes).
     pub query_cpu_ns: f64,
+    /// Multiplies every latency: 1 but for NUMAB2 ([`baselines::NUMAB_STEADY_TAX`]).
+    pub latency_factor: f64,
 }
+
+/// The series' kmigrated: its CPU over 240 s was 20 s (H10, 1.29 M pages promoted) and 38 s
+/// (H5, 3.15 M pages). Solved for a fixed share plus a per-page cost, by hand from those two
+/// rows: 18 s / 1.86 M pages = 9.68 us per page, and (20 s - 1.29 M x 9.68 us) / 240 s =
+/// 3.13 % of a core for its 100 ms scans. Used for the rows that stand for the series' H10
+/// and H5 (`Report::kmigrated_cpu_pct`); pghotd's own CPU is `CostModel`'s.
+pub const KMIGRATED_PAGE_NS: f64 = 9_680.0;
+pub const KMIGRATED_FIXED_PCT: f64 = 3.13;
 
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
-            fast_ns: 110.0,
+            fast_ns: 30.0,
+            base_fast_ns: 119.0,
             slow_ns: 320.0,
             sample_cpu_ns: 500.0,
             migrate_cpu_ns: 2500.0,
             query_cpu_ns: 200.0,
+            latency_factor: 1.0,
         }
     }
 }
 
 impl CostModel {
     fn latency_ns(&self, fast_share: f64) -> f64 {
-        fast_share * self.fast_ns + (1.0 - fast_share) * self.slow_ns
+        (fast_share * self.fast_ns + (1.0 - fast_share) * self.slow_ns) * self.latency_factor
+    }
+
+    /// The model as seen by `policy`: its kernel's fully-placed latency.
+    fn for_policy(&self, policy: &Policy) -> CostModel {
+        match policy {
+            Policy::Pghotd(_) => *self,
+            Policy::Baseline | Policy::Damon => CostModel {
+                fast_ns: self.base_fast_ns,
+                ..*self
+            },
+            Policy::Numab2 => CostModel {
+                fast_ns: self.base_fast_ns,
+                latency_factor: self.latency_factor * (1.0 + baselines::NUMAB_STEADY_TAX),
+                ..*self
+            },
+        }
     }
 }
 
@@ -169,6 +219,9 @@ pub struct Report {
     pub cpu_peak_pct: Option<f64>,
     /// Mean access latency over the last 25 % of the run (the pghot series' "lat").
     pub latency_ns: f64,
+    /// The workload's access rate over the last 25 % against no tiering (slow latency
+    /// everywhere): the model's stand-in for the series' throughput ratios (TEPS, ops/s).
+    pub speedup: f64,
     pub samples: u64,
     pub period_final: Option<u64>,
     /// Most of the fast tier ever in use, % of its capacity.
@@ -176,6 +229,18 @@ pub struct Report {
     /// The fast tier never went past its watermark (2 % kept free).
     pub watermark_kept: bool,
     pub hint_faults: Option<u64>,
+    /// NUMAB2: PTEs made PROT_NONE by the scanner (numa_pte_updates), full size.
+    pub pte_updates: Option<u64>,
+    /// NUMAB2: promotions before the timed window (the series' load phase), full-size GB.
+    pub lead_in_gb: Option<f64>,
+    /// DAMON: bytes the scheme migrated (sz_applied), full-size GB; quota windows that ran
+    /// out (qt_exceeds); regions at the end.
+    pub damon_applied_gb: Option<f64>,
+    pub damon_quota_exceeds: Option<u64>,
+    pub damon_regions: Option<u64>,
+    /// pghotd runs: what the series' kmigrated would have spent promoting the same pages,
+    /// % of one core (see [`KMIGRATED_PAGE_NS`]).
+    pub kmigrated_cpu_pct: Option<f64>,
     /// Seconds from each hot-set shift to 95 % coverage (None: not reached before the next).
     pub recovery_95_s: Vec<Option<f64>>,
     pub timeline: Vec<Row>,
@@ -391,7 +456,7 @@ impl Engine {
     fn new(policy: &Policy, mem: &SharedMemory, pages: usize, scale: f64) -> Engine {
         match policy {
             Policy::Baseline => Engine::Baseline,
-            Policy::Numab2 => Engine::Numab2(Numab2::new(scale)),
+            Policy::Numab2 => Engine::Numab2(Numab2::new(scale, pages)),
             Policy::Damon => Engine::Damon(Damon::new(pages, scale)),
             Policy::Pghotd(policy) => {
                 Engine::Pghotd(Box::new(PghotdEngine::new(policy, mem, pages, scale)))
@@ -492,6 +557,10 @@ impl Progress {
 
 /// Runs one simulation.
 pub fn run(p: &SimParams) -> Report {
+    let p = &SimParams {
+        costs: p.costs.for_policy(&p.policy),
+        ..p.clone()
+    };
     let scale = p.scale.max(1.0);
     let mut workload = Workload::new(p.shape, scale, p.seed);
     let fast_pages = (workload.spec.fast_gib * GIB / PAGE_BYTES / scale) as u64;
@@ -503,6 +572,26 @@ pub fn run(p: &SimParams) -> Report {
     }
     let mut rng = SplitMix64::stream(p.seed, 1);
     let mut engine = Engine::new(&p.policy, &mem, workload.pages(), scale);
+    if let Engine::Numab2(n) = &mut engine {
+        // The series' load phase: NUMAB2 was already scanning before the timed window.
+        let mut t_s = 0.0;
+        while t_s < baselines::NUMAB_LEAD_IN_S {
+            t_s += TICK_S;
+            let latency = p.costs.latency_ns(mem.lock().fast_access_share());
+            let mut tick = Tick {
+                dt_s: TICK_S,
+                access_rate: workload.access_rate(latency),
+                scale,
+                mem: &mut mem.lock(),
+                rng: &mut rng,
+                reserve_pages,
+            };
+            n.tick(&mut tick);
+        }
+        let mut m = mem.lock();
+        n.end_lead_in(m.moved_to_fast);
+        m.moved_to_fast = 0;
+    }
     let ticks = (p.duration_s / TICK_S).round() as u64;
     // At most MAX_TIMELINE_ROWS rows, however long the run: wider rows past that.
     let report_every = ((p.report_every_s / TICK_S).round() as u64)
@@ -565,6 +654,11 @@ fn report(
         cpu_pct: cpu.map(|c| c * 100.0 / p.duration_s.max(TICK_S)),
         cpu_peak_pct: progress.cpu_peak,
         latency_ns: progress.lat_sum / progress.lat_n.max(1) as f64,
+        speedup: {
+            let compute = workload.spec.compute_ns;
+            let lat = progress.lat_sum / progress.lat_n.max(1) as f64;
+            (compute + p.costs.slow_ns) / (compute + lat).max(1e-9)
+        },
         samples: match engine {
             Engine::Pghotd(e) => (e.samples as f64 * scale) as u64,
             _ => 0,
@@ -574,6 +668,35 @@ fn report(
         watermark_kept: m.peak_fast_used <= m.fast_capacity_pages - reserve_pages,
         hint_faults: match engine {
             Engine::Numab2(n) => Some((n.hint_faults * scale) as u64),
+            _ => None,
+        },
+        pte_updates: match engine {
+            Engine::Numab2(n) => Some((n.pte_updates as f64 * scale) as u64),
+            _ => None,
+        },
+        lead_in_gb: match engine {
+            Engine::Numab2(n) => Some(n.lead_in_pages as f64 * scale * PAGE_BYTES / GIB),
+            _ => None,
+        },
+        damon_applied_gb: match engine {
+            Engine::Damon(d) => Some(d.applied_pages as f64 * scale * PAGE_BYTES / GIB),
+            _ => None,
+        },
+        damon_quota_exceeds: match engine {
+            Engine::Damon(d) => Some(d.quota_exceeds),
+            _ => None,
+        },
+        damon_regions: match engine {
+            Engine::Damon(d) => Some(d.regions() as u64),
+            _ => None,
+        },
+        kmigrated_cpu_pct: match engine {
+            Engine::Pghotd(_) => Some(
+                KMIGRATED_FIXED_PCT
+                    + m.moved_to_fast as f64 * scale * KMIGRATED_PAGE_NS
+                        / 1e7
+                        / p.duration_s.max(TICK_S),
+            ),
             _ => None,
         },
         recovery_95_s: progress.recovery,
@@ -665,9 +788,16 @@ mod tests {
         assert!((r.latency_ns - 320.0).abs() < 1e-9);
     }
 
+    /// At the daemon's default budget. (At 5 % it no longer does since issue 22's calibration:
+    /// the series' p5008 sped the chase up so much that its own events grew 4.2x, and the
+    /// model's p5008 now spends ~7 % of a core.)
     #[test]
     fn pointer_chase_auto_reaches_99_percent_before_period_5008_within_budget() {
-        let auto = run(&params(Shape::PointerChase, pghotd(AUTO, 1, false), 700.0));
+        let budget = f64::from(::pghotd::config::Config::default().ibs_cpu_budget_pct);
+        let auto = PeriodSetting::Auto {
+            cpu_budget_pct: budget,
+        };
+        let auto = run(&params(Shape::PointerChase, pghotd(auto, 1, false), 700.0));
         let fixed = run(&params(
             Shape::PointerChase,
             pghotd(PeriodSetting::Fixed(5008), 1, false),
@@ -683,7 +813,11 @@ mod tests {
             "{}",
             auto.over_promotion_pct
         );
-        assert!(auto.cpu_peak_pct.unwrap() <= 5.0, "{:?}", auto.cpu_peak_pct);
+        assert!(
+            auto.cpu_peak_pct.unwrap() <= budget,
+            "{:?}",
+            auto.cpu_peak_pct
+        );
     }
 
     #[test]
@@ -726,12 +860,114 @@ mod tests {
     fn numab2_and_damon_models_show_the_seeds_shape() {
         let numab = run(&params(Shape::PointerChase, Policy::Numab2, 240.0));
         let damon = run(&params(Shape::PointerChase, Policy::Damon, 240.0));
-        // NUMAB2 places (nearly) the hot set; DAMON moves whole regions, cold pages included.
+        // NUMAB2 places the hot set and nothing else; DAMON moves whole regions of the hot
+        // span, cold pages included.
         assert!(
-            numab.coverage_pct > 85.0 && numab.over_promotion_pct < 10.0,
+            numab.coverage_pct > 95.0 && numab.over_promotion_pct < 1.0,
             "{numab:?}"
         );
-        assert!(damon.over_promotion_pct > damon.coverage_pct, "{damon:?}");
+        assert!(damon.over_promotion_pct > 20.0, "{damon:?}");
         assert!(numab.hint_faults.unwrap() > 0 && numab.cpu_pct.is_none());
+        assert!(numab.pte_updates.unwrap() > numab.hint_faults.unwrap());
+    }
+
+    /// The pghot series' pointer-chase table, written out by hand from its reply
+    /// "Tiered-memory promotion: baseline vs NUMA-balancing vs DAMON vs pghot hwhints (IBS)"
+    /// (/work/shared/seeds/000_ac3da8caf57278cd.txt), against the model at the scale of
+    /// BENCHMARKS.md. Issue 22's bar: the figures the model was fitted to within 25 %, the
+    /// counters it was not fitted to within a factor of 2.
+    #[test]
+    fn the_pointer_chase_reproduces_the_seeds_table() {
+        let at64 = |policy| {
+            run(&SimParams {
+                scale: 64.0,
+                seed: 1,
+                ..params(Shape::PointerChase, policy, 240.0)
+            })
+        };
+        let fixed = |p| pghotd(PeriodSetting::Fixed(p), 1, false);
+        let b0 = at64(Policy::Baseline);
+        let n2 = at64(Policy::Numab2);
+        let d3 = at64(Policy::Damon);
+        let h10 = at64(fixed(10_000));
+        let h5 = at64(fixed(5008));
+        let within = |what: &str, model: f64, seed: f64, bar: f64| {
+            let ratio = model / seed;
+            assert!(
+                ratio >= 1.0 / bar && ratio <= bar,
+                "{what}: model {model} vs the series' {seed}"
+            );
+        };
+        let fitted = |what: &str, model: f64, seed: f64| {
+            assert!(
+                (model / seed - 1.0).abs() <= 0.25,
+                "{what}: model {model} vs the series' {seed}"
+            );
+        };
+        // lat (ns) and node0 (GB) of each row.
+        fitted("B0 lat", b0.latency_ns, 320.0);
+        assert_eq!(b0.fast_gb, 0.0);
+        fitted("N2 lat", n2.latency_ns, 143.0);
+        fitted("N2 node0", n2.fast_gb, 16.0);
+        fitted("D3 lat", d3.latency_ns, 119.0);
+        fitted("D3 node0", d3.fast_gb, 23.9);
+        fitted("H10 lat", h10.latency_ns, 215.0);
+        fitted("H10 node0", h10.fast_gb, 4.9);
+        fitted("H5 lat", h5.latency_ns, 92.0);
+        fitted("H5 node0", h5.fast_gb, 11.6);
+        // km 20 s and 38 s over 240 s (the kmigrated cost was solved from these two).
+        fitted("H10 km", h10.kmigrated_cpu_pct.unwrap(), 20.0 / 2.4);
+        fitted("H5 km", h5.kmigrated_cpu_pct.unwrap(), 38.0 / 2.4);
+        // The supporting counters, not fitted.
+        within(
+            "N2 hint faults",
+            n2.hint_faults.unwrap() as f64,
+            3.73e6,
+            2.0,
+        );
+        within(
+            "N2 pte updates",
+            n2.pte_updates.unwrap() as f64,
+            12.9e6,
+            2.0,
+        );
+        within("N2 promoted", n2.promoted_mb / 1024.0, 14.6, 2.0);
+        within("D3 sz_applied", d3.damon_applied_gb.unwrap(), 24.7, 2.0);
+        within(
+            "D3 qt_exceeds",
+            d3.damon_quota_exceeds.unwrap() as f64,
+            229.0,
+            2.0,
+        );
+        within("D3 kd", d3.cpu_pct.unwrap(), 13.0 / 2.4, 2.0);
+        let regions = d3.damon_regions.unwrap() as f64;
+        assert!((21.0 / 2.0..=71.0 * 2.0).contains(&regions), "{regions}");
+        within("H10 events", h10.samples as f64, 1.40e6, 2.0);
+        within("H5 events", h5.samples as f64, 5.91e6, 2.0);
+        // pgpromote_success, pages.
+        within("H10 promoted", h10.promoted_mb * 256.0, 1.29e6, 2.0);
+        within("H5 promoted", h5.promoted_mb * 256.0, 3.15e6, 2.0);
+    }
+
+    /// Issue 22's policy bar, within the series' 240 s: pghotd's auto period at the daemon's
+    /// default budget and the series' freq_threshold 1 covers the hot set (>= 99 %, <= 2 %
+    /// over), beats every row's latency (the lowest, H5's, is 92 ns) and stays under H5's
+    /// 16 % of a core.
+    #[test]
+    fn pghotd_auto_is_ahead_of_every_seed_row_in_240_s() {
+        let budget = f64::from(::pghotd::config::Config::default().ibs_cpu_budget_pct);
+        let auto = PeriodSetting::Auto {
+            cpu_budget_pct: budget,
+        };
+        let r = run(&SimParams {
+            scale: 64.0,
+            seed: 1,
+            ..params(Shape::PointerChase, pghotd(auto, 1, false), 240.0)
+        });
+        assert!(r.coverage_pct >= 99.0, "{}", r.coverage_pct);
+        assert!(r.over_promotion_pct <= 2.0, "{}", r.over_promotion_pct);
+        assert!(r.latency_ns < 92.0, "{}", r.latency_ns);
+        assert!(r.cpu_pct.unwrap() <= 16.0, "{:?}", r.cpu_pct);
+        assert!(r.cpu_peak_pct.unwrap() <= 16.0, "{:?}", r.cpu_peak_pct);
     }
 }

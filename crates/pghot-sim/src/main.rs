@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! pghot-sim --workload pointer-chase --period auto --json
-//! pghot-sim --compare pointer-chase      # the pghot series' comparison table
+//! pghot-sim --compare pointer-chase      # the pghot series' table, its figures next to ours
 //! pghot-sim --thp-matrix                 # THP shapes x THP admission policies (issue 24)
 //! ```
 
@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use pghot_sim::seed;
 use pghot_sim::thp::{ThpParams, ThpPolicy, ThpShape, run_thp, thp_table};
 use pghot_sim::workload::Shape;
 use pghot_sim::{CostModel, PeriodSetting, PghotdPolicy, Policy, Report, SimParams, run};
@@ -39,9 +40,9 @@ struct Args {
     /// pghotd's sampling period: "auto" or a number of ops.
     #[arg(long, default_value = "auto", value_parser = parse_period)]
     period: PeriodArg,
-    /// CPU budget of the auto period, % of one core (above 0, at most 100, as the daemon's
-    /// ibs.cpu_budget_pct).
-    #[arg(long, default_value_t = 5.0, value_parser = in_range(0.0, 100.0))]
+    /// CPU budget of the auto period, % of one core (above 0, at most 100; the default is the
+    /// daemon's ibs.cpu_budget_pct).
+    #[arg(long, default_value_t = daemon_budget_pct(), value_parser = in_range(0.0, 100.0))]
     cpu_budget_pct: f64,
     /// Samples within the window that make a page a candidate (1..=65535, as the daemon's).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
@@ -75,7 +76,9 @@ struct Args {
     #[arg(long)]
     timeline: bool,
     /// Run the comparison set for this workload: baseline, NUMAB2, DAMON, pghot at periods
-    /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies.
+    /// 10000 and 5008 (threshold 1, like the pghot series), and pghotd's policies; for
+    /// pointer-chase, zipf and graph also the series' figures next to the model's, with the
+    /// error.
     #[arg(long, value_enum)]
     compare: Option<Shape>,
     /// Run the THP lab instead: every `--thp-shape` (all of them if none is given) under
@@ -86,6 +89,11 @@ struct Args {
     /// A THP lab shape; repeat for several.
     #[arg(long, value_enum)]
     thp_shape: Vec<ThpShape>,
+}
+
+/// pghotd's default `ibs.cpu_budget_pct`.
+fn daemon_budget_pct() -> f64 {
+    f64::from(pghotd::config::Config::default().ibs_cpu_budget_pct)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -227,8 +235,81 @@ fn main() -> ExitCode {
     }
     if !args.json {
         print_table(&reports);
+        match args.compare {
+            Some(Shape::PointerChase) => print_seed_comparison(&reports),
+            Some(shape) => print_shape_ratios(shape, &reports),
+            None => {}
+        }
     }
     ExitCode::SUCCESS
+}
+
+/// The pghot series' Redis and Graph500 ratios next to the model's.
+fn print_shape_ratios(shape: Shape, reports: &[Report]) {
+    let rows = seed::shape_ratios(shape, reports);
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "against the pghot series' {} rows (ratios; not fitted, no bar)",
+        shape.name()
+    );
+    println!(
+        "{:<28} {:>8} {:>8} {:>8}",
+        "ratio", "seed", "model", "error"
+    );
+    for r in rows {
+        println!(
+            "{:<28} {:>8.3} {:>8} {:>8}",
+            r.what,
+            r.seed,
+            opt(r.model, 3),
+            r.model.map_or("-".into(), |m| format!(
+                "{:+.0}%",
+                (m / r.seed - 1.0) * 100.0
+            ))
+        );
+    }
+}
+
+/// The pghot series' pointer-chase figures next to the model's, with the error.
+fn print_seed_comparison(reports: &[Report]) {
+    let rows = seed::compare(seed::POINTER_CHASE, reports);
+    println!();
+    println!(
+        "against the pghot series' pointer-chase table (fitted: bar 25 %; check: bar 2x; \
+         pghot-sim/src/seed.rs)"
+    );
+    println!(
+        "{:<4} {:<20} {:>12} {:>12} {:>8} {:<7} {:>4}",
+        "row", "metric", "seed", "model", "error", "kind", "bar"
+    );
+    let num = |v: f64| {
+        if v.abs() >= 1e5 {
+            format!("{:.2}M", v / 1e6)
+        } else {
+            format!("{v:.1}")
+        }
+    };
+    for c in &rows {
+        println!(
+            "{:<4} {:<20} {:>12} {:>12} {:>8} {:<7} {:>4}",
+            c.figure.row,
+            c.figure.metric.name(),
+            num(c.figure.value),
+            num(c.model),
+            c.error_pct.map_or("-".into(), |e| format!("{e:+.0}%")),
+            if c.figure.fitted { "fitted" } else { "check" },
+            if c.within_bar { "ok" } else { "MISS" }
+        );
+    }
+    let missed = rows.iter().filter(|c| !c.within_bar).count();
+    println!(
+        "{} of {} figures within their bar",
+        rows.len() - missed,
+        rows.len()
+    );
 }
 
 /// Prints one report as a JSON line; false (said on stderr) when it cannot be written.
