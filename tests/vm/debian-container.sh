@@ -31,19 +31,11 @@ app_image=registry.example/app:1
 # The app runs this long; pghotd is asked for its counters before it ends.
 app_s=$((3 * RIG_DURATION))
 
-# check NAME OK DETAIL: OK is 0 (true) or anything else (false); a false one is followed by
-# the pod's containers' logs.
-check() {
-	local name=$1 ok=$2
-	shift 2
-	if [ "$ok" = 0 ]; then
-		echo "SERVICE-CHECK $name true $*"
-	else
-		echo "SERVICE-CHECK $name false $*"
-		for c in $(pm ps -a --format '{{.Names}}' 2>/dev/null); do
-			pm logs "$c" 2>&1 | tail -n 15 | sed "s/^/rig: log $c: /"
-		done
-	fi
+# explain_failure: what follows a false check (guest-lib.sh): the containers' last log lines.
+explain_failure() {
+	for c in $(pm ps -a --format '{{.Names}}' 2>/dev/null); do
+		pm logs "$c" 2>&1 | tail -n 15 | sed "s/^/rig: log $c: /"
+	done
 }
 
 info "kernel $(uname -r), $(pm --version 2>&1), tiers: $(cat /sys/devices/virtual/memory_tiering/memory_tier*/nodelist 2>/dev/null | tr '\n' ' ')"

@@ -29,17 +29,8 @@ chmod 0755 "$work"
 # journal_since CURSOR_FILE: the unit's journal since the cursor saved at the check's start.
 journal_since() { journalctl -u pghotd --no-pager -o short-monotonic --after-cursor="$(cat "$1")" 2>/dev/null; }
 mark() { journalctl -n 0 --show-cursor --no-pager 2>/dev/null | sed -n 's/^-- cursor: //p' > "$1"; }
-# check NAME OK DETAIL: OK is 0 (true) or anything else (false).
-check() {
-	local name=$1 ok=$2
-	shift 2
-	if [ "$ok" = 0 ]; then
-		echo "SERVICE-CHECK $name true $*"
-	else
-		echo "SERVICE-CHECK $name false $*"
-		journalctl -u pghotd --no-pager -o short-monotonic -n 40 2>/dev/null | sed 's/^/rig: journal: /'
-	fi
-}
+# explain_failure: what follows a false check (guest-lib.sh): the unit's last journal lines.
+explain_failure() { journalctl -u pghotd --no-pager -o short-monotonic -n 40 2>/dev/null | sed 's/^/rig: journal: /'; }
 # counter NAME: one counter of the running pghotd (pghotctl stats), or empty.
 counter() { pghotctl stats 2>/dev/null | awk -v n="$1" '$1 == n { print $2 }'; }
 # vm NAME: a /proc/vmstat counter.

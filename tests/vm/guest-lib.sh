@@ -19,3 +19,15 @@ wait_for() {
 		sleep 0.1
 	done
 }
+# check NAME OK DETAIL: one SERVICE-CHECK line; OK is 0 (true) or anything else (false). A
+# false one is followed by what the script's explain_failure prints.
+check() {
+	local name=$1 ok=$2
+	shift 2
+	if [ "$ok" = 0 ]; then
+		echo "SERVICE-CHECK $name true $*"
+	else
+		echo "SERVICE-CHECK $name false $*"
+		explain_failure
+	fi
+}
