@@ -24,8 +24,13 @@ ctx=/opt/pghot-rig/container
 work=/run/pghot-rig
 mkdir -p "$work"
 # The guest's root is the initramfs's tmpfs: vfs storage needs nothing from it (the images
-# are two static binaries each).
-pm() { podman --storage-driver vfs "$@"; }
+# are two static binaries each). Set in storage.conf, not per command: podman's database
+# records the driver it was first used with and refuses any other.
+mkdir -p /etc/containers
+printf '%s\n' '[storage]' 'driver = "vfs"' 'runroot = "/run/containers/storage"' \
+	'graphroot = "/var/lib/containers/storage"' > /etc/containers/storage.conf
+rm -rf /var/lib/containers/storage /run/containers/storage
+pm() { podman "$@"; }
 pghotd_image=registry.example/pghotd:0.1.0
 app_image=registry.example/app:1
 # The app runs this long; pghotd is asked for its counters before it ends.
@@ -104,7 +109,7 @@ stat_of() { awk -v n="$2" '$1 == n { print $2 }' "$work/$1.stats" 2>/dev/null; }
 sed '/seccomp.security.alpha.kubernetes.io/d' "$ctx/sidecar-least-privilege.yaml" > "$work/lp-default.yaml"
 play "$work/lp-default.yaml"
 pod=app-with-pghotd-lp
-wait_for 60 sh -c "[ \"\$(podman --storage-driver vfs inspect -f '{{.State.Running}}' $pod-pghotd)\" = false ]"
+wait_for 60 sh -c "[ \"\$(podman inspect -f '{{.State.Running}}' $pod-pghotd)\" = false ]"
 code=$(pm inspect -f '{{.State.ExitCode}}' "$pod-pghotd" 2>/dev/null)
 pm logs "$pod-pghotd" > "$work/lp-default.log" 2>&1
 said=$(grep -c 'seccomp' "$work/lp-default.log")
@@ -116,7 +121,7 @@ down "$work/lp-default.yaml"
 # --- least privilege: soft-dirty, CAP_SYS_PTRACE + CAP_DAC_OVERRIDE, pghotd.json -------------
 t0=$(now)
 play "$ctx/sidecar-least-privilege.yaml"
-wait_for 30 sh -c "podman --storage-driver vfs exec $pod-pghotd /usr/bin/pghotctl status"
+wait_for 30 sh -c "podman exec $pod-pghotd /usr/bin/pghotctl status"
 seccomp=$(status_of "$pod-pghotd" Seccomp)
 capeff=$(status_of "$pod-pghotd" CapEff)
 app_uid=$(status_of "$pod-app" Uid)
@@ -140,7 +145,7 @@ sed 's|localhost/pghotd.json|localhost/pghotd-log.json|' "$ctx/sidecar.yaml" > "
 since=$(date '+%Y-%m-%d %H:%M:%S')
 play "$work/sidecar-log.yaml"
 pod=app-with-pghotd
-wait_for 30 sh -c "podman --storage-driver vfs exec $pod-pghotd /usr/bin/pghotctl status"
+wait_for 30 sh -c "podman exec $pod-pghotd /usr/bin/pghotctl status"
 pm exec "$pod-pghotd" /usr/bin/pghotctl status > "$work/admin-status.out" 2>&1
 run_app_with "$pod"
 hot=$(json_num "$work/$pod.app" hot_fast_pct)
