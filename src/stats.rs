@@ -158,6 +158,11 @@ counters! {
     /// the slow tier: the destination is contended and cannot take even the hot pages now
     /// (`thp_sparse_left`); offered again on their next sample.
     PgpromoteDeferredSparse => "pgpromote_deferred_sparse",
+    /// Candidates admitted at 4 KiB in a range THP admission split, found in a THP again just
+    /// before their move (khugepaged collapsed the range back) and still there after it was
+    /// split again (`thp_recollapsed`): not moved, since moving one 4 KiB address moves its
+    /// whole folio; offered again on their next sample.
+    PgpromoteDeferredRecollapsed => "pgpromote_deferred_recollapsed",
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio",
     /// Deferred: a write-heavy page while its node's traffic is read-dominant.
@@ -219,6 +224,14 @@ counters! {
     ThpSplitFailRegion => "thp_split_fail_region",
     /// Whole: the split write failed otherwise.
     ThpSplitFailOther => "thp_split_fail_other",
+    /// Pages admitted at 4 KiB (order 0) in a range THP admission split, found in a large
+    /// folio again by the migrator's re-check just before their move_pages: khugepaged
+    /// collapsed the range back into a THP on the slow node (mm/khugepaged.c,
+    /// `hpage_collapse_scan_pmd()` -> `collapse_huge_page()`, allocated on the node most of
+    /// the range sat on), and moving the page would move that whole 2 MiB folio. Its folio is
+    /// split to order 0 again before the move (`pgpromote_deferred_recollapsed` where that
+    /// does not take).
+    ThpRecollapsed => "thp_recollapsed",
     /// Candidates held back because the fast tier has room only for hotter ones
     /// (capacity-aware admission); offered again on their next sample.
     PgpromoteFailCold => "pgpromote_fail_cold",
@@ -311,6 +324,7 @@ impl Counter {
         Counter::PgpromoteDeferredDuplex,
         Counter::PgpromoteDeferredFewSamples,
         Counter::PgpromoteDeferredSparse,
+        Counter::PgpromoteDeferredRecollapsed,
         Counter::PgpromoteSameFolio,
     ];
 

@@ -11,10 +11,21 @@
 //!    (un-queued, offered again by a later sample) rather than promoted 2 MiB at a time. Any
 //!    other outcome promotes the folio whole (one address, charged at its size) and counts why.
 //!
+//! 3. Re-check ([`AdmissionGate::recheck`], called by the migrator just before a group's
+//!    move_pages): pages admitted at 4 KiB in a region this gate split may sit in a THP again
+//!    by then, and move_pages on one 4 KiB address moves its whole folio. khugepaged does
+//!    that: `hpage_collapse_scan_pmd()` (mm/khugepaged.c, Linux 6.12) finds the split range's
+//!    512 PTEs mapped, and `collapse_huge_page()` copies them into a new PMD THP allocated on
+//!    the node most of them were on (`hpage_collapse_find_target_node()`): the slow node,
+//!    which keeps the range's cold pages. Such a page's folio is split to order 0 again
+//!    (`thp_recollapsed`) and the page moves alone; where the split does not take, the page
+//!    waits for its next sample (`pgpromote_deferred_recollapsed`).
+//!
 //! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
 //! without a candidate of their own ("riders") are counted in `thp_split_riders` and then end
 //! in an outcome counter too, so outcomes = candidates + riders.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,12 +39,18 @@ use crate::migrator::{Admit, Headroom};
 use crate::stats::{Counter, Stats};
 use crate::topology::NodeId;
 
+/// Regions (pid, 2 MiB start) a gate remembers having split, for [`AdmissionGate::recheck`];
+/// when full the set starts over (its pages then move unchecked, as before the re-check).
+pub const MAX_SPLIT_REGIONS: usize = 65_536;
+
 /// The admission a migrator runs; `K` is the kernel (or a fake).
 pub struct AdmissionGate<K: ThpKernel> {
     pub(super) admission: Arc<Admission>,
     pub(super) kernel: K,
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
     pub(super) dry_run: bool,
+    /// Regions this gate split (verified): their 4 KiB moves are re-checked before the move.
+    split_regions: HashSet<(u32, u64)>,
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -42,7 +59,97 @@ impl<K: ThpKernel> AdmissionGate<K> {
             admission,
             kernel,
             dry_run,
+            split_regions: HashSet::new(),
         }
+    }
+
+    /// Remembers a region split by this gate (not in a dry run: nothing was split).
+    pub(super) fn note_split(&mut self, pid: u32, start: u64) {
+        if self.dry_run {
+            return;
+        }
+        if self.split_regions.len() >= MAX_SPLIT_REGIONS {
+            self.split_regions.clear();
+        }
+        self.split_regions.insert((pid, start));
+    }
+
+    /// Step 3 of the module doc, on one group about to be moved (one pid, sorted by address):
+    /// the 4 KiB candidates in regions this gate split are looked up again (one pagemap span
+    /// per region, one kpageflags entry per page); each found in a large folio is counted
+    /// (`thp_recollapsed`) and its folio split to order 0 again (one debugfs write per region,
+    /// first to last such page: the kernel splits each folio the range meets), then looked up
+    /// once more. Those still in a large folio are taken out of `group`, counted
+    /// (`pgpromote_deferred_recollapsed`) and un-queued: moving them would move 2 MiB. A failed
+    /// read leaves the group as it is (the move reports a gone process itself).
+    pub fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        if self.split_regions.is_empty() || self.dry_run || group.is_empty() {
+            return;
+        }
+        let pid = group[0].key.pid();
+        let region_of = |c: &Candidate| c.key.vaddr() & !(REGION_BYTES - 1);
+        let checked: Vec<u64> = group
+            .iter()
+            .filter(|c| c.bytes == PAGE_SIZE && self.split_regions.contains(&(pid, region_of(c))))
+            .map(|c| c.key.vaddr())
+            .collect();
+        if checked.is_empty() {
+            return;
+        }
+        let large = match self.kernel.in_large_folio(pid, &checked) {
+            Ok(l) => l,
+            Err(e) => {
+                self.kernel_failed(&e);
+                return;
+            }
+        };
+        let collapsed: Vec<u64> = checked
+            .iter()
+            .zip(&large)
+            .filter(|(_, l)| **l)
+            .map(|(v, _)| *v)
+            .collect();
+        if collapsed.is_empty() {
+            return;
+        }
+        stats.add(Counter::ThpRecollapsed, collapsed.len() as u64);
+        for pages in collapsed.chunk_by(|a, b| a & !(REGION_BYTES - 1) == b & !(REGION_BYTES - 1)) {
+            let (first, last) = (pages[0], pages[pages.len() - 1]);
+            if let Err(e) = self.kernel.split(pid, first, last + PAGE_SIZE, 0) {
+                self.split_failed(&e, stats);
+            }
+        }
+        let still: HashSet<u64> = match self.kernel.in_large_folio(pid, &collapsed) {
+            Ok(l) => collapsed
+                .iter()
+                .zip(&l)
+                .filter(|(_, l)| **l)
+                .map(|(v, _)| *v)
+                .collect(),
+            Err(e) => {
+                self.kernel_failed(&e);
+                collapsed.iter().copied().collect()
+            }
+        };
+        tracing::debug!(
+            pid,
+            "{} pages admitted at 4 KiB were in a THP again before their move (khugepaged); \
+             {} of them still are after splitting it again, and wait",
+            collapsed.len(),
+            still.len()
+        );
+        if still.is_empty() {
+            return;
+        }
+        group.retain(|c| {
+            if c.bytes == PAGE_SIZE && still.contains(&c.key.vaddr()) {
+                stats.add(Counter::PgpromoteDeferredRecollapsed, 1);
+                table.unqueue(c.key);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Table 2 for each candidate; returns those admitted.
@@ -215,6 +322,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
         if !self.dry_run {
             stats.add(split_counter(plan.order), 1);
         }
+        self.note_split(pid, start);
         Some(after)
     }
 
@@ -348,6 +456,10 @@ pub(super) fn defer(
 }
 
 impl<K: ThpKernel> Admit for AdmissionGate<K> {
+    fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        AdmissionGate::recheck(self, group, table, stats);
+    }
+
     fn admit(
         &mut self,
         batch: &mut Vec<Candidate>,

@@ -93,6 +93,13 @@ pub trait Admit: Send {
         stats: &Stats,
         headroom: &dyn Fn(NodeId) -> Headroom,
     );
+
+    /// Just before the move of `group` (one pid, one destination, one charged size, sorted by
+    /// address, every page found on a lower tier by the query): takes out the candidates whose
+    /// folio changed since [`Admit::admit`] so that moving them would move more than they were
+    /// charged, each counted and made eligible again. The gate's: a range it split that
+    /// khugepaged collapsed again (`thp_recollapsed`). By default nothing is re-checked.
+    fn recheck(&mut self, _group: &mut Vec<Candidate>, _table: &HotTable, _stats: &Stats) {}
 }
 
 /// What a destination node can take now, as the migrator knows it before a batch: the bytes

@@ -5,6 +5,7 @@ mod batch;
 mod capacity;
 mod faults;
 mod maintain;
+mod recollapse;
 mod thread;
 
 use super::ratelimit::fake::FakeClock;
