@@ -224,13 +224,15 @@ counters! {
     ThpSplitFailRegion => "thp_split_fail_region",
     /// Whole: the split write failed otherwise.
     ThpSplitFailOther => "thp_split_fail_other",
-    /// Pages admitted at 4 KiB (order 0) in a range THP admission split, found in a large
-    /// folio again by the migrator's re-check just before their move_pages: khugepaged
-    /// collapsed the range back into a THP on the slow node (mm/khugepaged.c,
-    /// `hpage_collapse_scan_pmd()` -> `collapse_huge_page()`, allocated on the node most of
-    /// the range sat on), and moving the page would move that whole 2 MiB folio. Its folio is
-    /// split to order 0 again before the move (`pgpromote_deferred_recollapsed` where that
-    /// does not take).
+    /// Ranges THP admission split that khugepaged collapsed back into one THP on the slow
+    /// node (mm/khugepaged.c: `hpage_collapse_scan_pmd()` finds the range's PTEs mapped,
+    /// `collapse_huge_page()` copies them into a THP allocated on the node most of them sat
+    /// on), taking the hot pages promoted from it along. Found either by the migrator's
+    /// re-check just before move_pages of pages admitted at 4 KiB (order 0), where moving one
+    /// would move the whole 2 MiB folio, so its folio is split to order 0 again first
+    /// (`pgpromote_deferred_recollapsed` where that does not take); or by the once-a-second
+    /// look at every range split, after which the range's pages believed fast are queried
+    /// and tracked as lower-tier again (`pghot_audit_moved_back`). One count per range found.
     ThpRecollapsed => "thp_recollapsed",
     /// Candidates held back because the fast tier has room only for hotter ones
     /// (capacity-aware admission); offered again on their next sample.

@@ -18,8 +18,14 @@
 //!    512 PTEs mapped, and `collapse_huge_page()` copies them into a new PMD THP allocated on
 //!    the node most of them were on (`hpage_collapse_find_target_node()`): the slow node,
 //!    which keeps the range's cold pages. Such a page's folio is split to order 0 again
-//!    (`thp_recollapsed`) and the page moves alone; where the split does not take, the page
-//!    waits for its next sample (`pgpromote_deferred_recollapsed`).
+//!    (`thp_recollapsed`, once per range) and the page moves alone; where the split does not
+//!    take, the page waits for its next sample (`pgpromote_deferred_recollapsed`).
+//! 4. Collapsed ranges ([`AdmissionGate::collapsed_ranges`], from the migrator's `maintain`
+//!    once a second): every range this gate split is looked at; one that is a PMD THP again
+//!    took the hot pages promoted from it back to the slow node, so the migrator asks where
+//!    the range's pages believed fast are and tracks those on a lower tier as lower-tier
+//!    again: their next samples offer them anew, and admission splits the THP again. The
+//!    table-wide audit finds them too, but reads a sixteenth of the table a second.
 //!
 //! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
 //! without a candidate of their own ("riders") are counted in `thp_split_riders` and then end
@@ -49,8 +55,11 @@ pub struct AdmissionGate<K: ThpKernel> {
     pub(super) kernel: K,
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
     pub(super) dry_run: bool,
-    /// Regions this gate split (verified): their 4 KiB moves are re-checked before the move.
+    /// Regions this gate split (verified): their 4 KiB moves are re-checked before the move,
+    /// and each is looked at once a second for a collapse ([`Admit::collapsed_ranges`]).
     split_regions: HashSet<(u32, u64)>,
+    /// Regions found collapsed again since the migrator last asked.
+    collapsed: Vec<(u32, u64)>,
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -60,7 +69,36 @@ impl<K: ThpKernel> AdmissionGate<K> {
             kernel,
             dry_run,
             split_regions: HashSet::new(),
+            collapsed: Vec::new(),
         }
+    }
+
+    /// [`Admit::collapsed_ranges`]: with `scan`, every region this gate split is looked at (one
+    /// pagemap and one kpageflags entry each); one that is a PMD THP again is counted
+    /// (`thp_recollapsed`) and forgotten (a later split notes it again), as is one whose
+    /// process is gone. Returns those and the ones the pre-move re-check found.
+    pub fn collapsed_ranges(&mut self, scan: bool, stats: &Stats) -> Vec<(u32, u64)> {
+        if scan && !self.dry_run && !self.split_regions.is_empty() {
+            let mut regions: Vec<(u32, u64)> = self.split_regions.iter().copied().collect();
+            regions.sort_unstable();
+            for (pid, start) in regions {
+                match self.kernel.is_pmd_thp(pid, start) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        stats.add(Counter::ThpRecollapsed, 1);
+                        self.split_regions.remove(&(pid, start));
+                        self.collapsed.push((pid, start));
+                    }
+                    Err(e) => {
+                        self.split_regions.remove(&(pid, start));
+                        if e.is_unavailable() {
+                            self.kernel_failed(&e);
+                        }
+                    }
+                }
+            }
+        }
+        std::mem::take(&mut self.collapsed)
     }
 
     /// Remembers a region split by this gate (not in a dry run: nothing was split).
@@ -112,9 +150,11 @@ impl<K: ThpKernel> AdmissionGate<K> {
         if collapsed.is_empty() {
             return;
         }
-        stats.add(Counter::ThpRecollapsed, collapsed.len() as u64);
         for pages in collapsed.chunk_by(|a, b| a & !(REGION_BYTES - 1) == b & !(REGION_BYTES - 1)) {
             let (first, last) = (pages[0], pages[pages.len() - 1]);
+            // The range's other pages went into the new THP too: the migrator looks them up.
+            stats.add(Counter::ThpRecollapsed, 1);
+            self.collapsed.push((pid, first & !(REGION_BYTES - 1)));
             if let Err(e) = self.kernel.split(pid, first, last + PAGE_SIZE, 0) {
                 self.split_failed(&e, stats);
             }
@@ -458,6 +498,10 @@ pub(super) fn defer(
 impl<K: ThpKernel> Admit for AdmissionGate<K> {
     fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
         AdmissionGate::recheck(self, group, table, stats);
+    }
+
+    fn collapsed_ranges(&mut self, scan: bool, stats: &Stats) -> Vec<(u32, u64)> {
+        AdmissionGate::collapsed_ranges(self, scan, stats)
     }
 
     fn admit(

@@ -166,6 +166,14 @@ pub trait ThpKernel: Send {
         }
         Ok(out)
     }
+    /// Whether the 2 MiB region at `start` of `pid` is one PMD THP (a range collapsed again by
+    /// khugepaged after a split). By default one region read; [`SysThp`] reads one pagemap
+    /// entry and one kpageflags entry.
+    fn is_pmd_thp(&mut self, pid: u32, start: u64) -> Result<bool, ThpError> {
+        let r = self.region(pid, start)?;
+        Ok(r.folio_of(start)
+            .is_some_and(|f| usize::from(f.folio_pages) == SUBPAGES))
+    }
 }
 
 /// The real interfaces, under `proc_root` (normally `/proc`) and `split_path` (normally
@@ -191,6 +199,46 @@ impl SysThp {
 
     pub fn split_path(&self) -> &Path {
         &self.split_path
+    }
+
+    /// The kpageflags of the page at `vaddr` of `pid` when it is in a large THP folio (a
+    /// compound head or tail with KPF_THP, not hugetlb), else 0 (a base page, not present).
+    fn in_large_folio_flags(&mut self, pid: u32, vaddr: u64) -> Result<u64, ThpError> {
+        let path = self.proc_root.join(pid.to_string()).join("pagemap");
+        let pm_err = |source| ThpError::Pagemap {
+            path: path.clone(),
+            source,
+        };
+        let file = File::open(&path).map_err(pm_err)?;
+        let mut entry = [0u64];
+        read_entries(&file, vaddr / PAGE_SIZE, &mut entry).map_err(pm_err)?;
+        self.thp_flags(entry[0], &path)
+    }
+
+    /// The kpageflags behind a pagemap entry when they say "in a large THP folio", else 0.
+    fn thp_flags(&mut self, entry: u64, pagemap: &Path) -> Result<u64, ThpError> {
+        if entry & PM_PRESENT == 0 {
+            return Ok(0);
+        }
+        let pfn = entry & PM_PFN_MASK;
+        if pfn == 0 {
+            return Err(ThpError::PfnHidden {
+                path: pagemap.to_path_buf(),
+            });
+        }
+        let mut flags = [0u64];
+        let kpf_path = self.proc_root.join("kpageflags");
+        read_entries(self.kpageflags()?, pfn, &mut flags).map_err(|source| {
+            ThpError::Kpageflags {
+                path: kpf_path,
+                source,
+            }
+        })?;
+        let f = flags[0];
+        let large = f & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
+            && f & KPF_THP != 0
+            && f & KPF_HUGE == 0;
+        Ok(if large { f } else { 0 })
     }
 
     fn kpageflags(&mut self) -> Result<&File, ThpError> {
@@ -280,7 +328,6 @@ impl ThpKernel for SysThp {
             source,
         };
         let file = File::open(&path).map_err(pm_err)?;
-        let kpf_path = self.proc_root.join("kpageflags");
         let mut out = vec![false; vaddrs.len()];
         let mut i = 0;
         while i < vaddrs.len() {
@@ -295,27 +342,18 @@ impl ThpKernel for SysThp {
             read_entries(&file, first, &mut pagemap).map_err(pm_err)?;
             for (o, &v) in out[i..end].iter_mut().zip(&vaddrs[i..end]) {
                 let entry = pagemap[(v / PAGE_SIZE - first) as usize];
-                if entry & PM_PRESENT == 0 {
-                    continue;
-                }
-                let pfn = entry & PM_PFN_MASK;
-                if pfn == 0 {
-                    return Err(ThpError::PfnHidden { path });
-                }
-                let mut flags = [0u64];
-                read_entries(self.kpageflags()?, pfn, &mut flags).map_err(|source| {
-                    ThpError::Kpageflags {
-                        path: kpf_path.clone(),
-                        source,
-                    }
-                })?;
-                *o = flags[0] & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
-                    && flags[0] & KPF_THP != 0
-                    && flags[0] & KPF_HUGE == 0;
+                *o = self.thp_flags(entry, &path)? != 0;
             }
             i = end;
         }
         Ok(out)
+    }
+
+    /// Subpage 256 of a region is a compound tail only in a folio larger than 1 MiB, that is
+    /// a PMD THP: split to any order up to 8 it is a folio head or a base page.
+    fn is_pmd_thp(&mut self, pid: u32, start: u64) -> Result<bool, ThpError> {
+        let middle = start + (SUBPAGES as u64 / 2) * PAGE_SIZE;
+        Ok(self.in_large_folio_flags(pid, middle)? & KPF_COMPOUND_TAIL != 0)
     }
 
     fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError> {
@@ -459,8 +497,11 @@ mod tests {
 
     const START: u64 = 0x7f00_0020_0000;
 
+    /// (index, entry) pairs of a pagemap or kpageflags fixture.
+    type Entries = Vec<(u64, u64)>;
+
     /// The pagemap entries and kpageflags of a PMD THP at `START`, PFNs from `head`.
-    fn pmd_thp(head: u64) -> (Vec<(u64, u64)>, Vec<(u64, u64)>) {
+    fn pmd_thp(head: u64) -> (Entries, Entries) {
         let entries = (0..512)
             .map(|i| (START + i * PAGE_SIZE, PM_PRESENT | (head + i)))
             .collect();
@@ -537,9 +578,25 @@ mod tests {
             k.in_large_folio(77, &pages).unwrap(),
             vec![true, true, false, false]
         );
+        assert!(k.is_pmd_thp(77, START).unwrap());
         fixture(dir.path(), &[(START + 3 * PAGE_SIZE, PM_PRESENT)], &[]);
         let err = k.in_large_folio(77, &[START + 3 * PAGE_SIZE]).unwrap_err();
         assert!(err.is_unavailable(), "{err}");
+    }
+
+    /// A region split to 1 MiB folios: subpage 256 is the second folio's head, not a tail.
+    #[test]
+    fn a_region_split_to_1m_is_not_a_pmd_thp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (entries, mut kpf) = pmd_thp(0x40000);
+        kpf[256].1 = KPF_COMPOUND_HEAD | KPF_THP;
+        fixture(dir.path(), &entries, &kpf);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        assert!(!k.is_pmd_thp(77, START).unwrap());
+        assert_eq!(
+            k.in_large_folio(77, &[START + 256 * PAGE_SIZE]).unwrap(),
+            vec![true]
+        );
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn a_range_collapsed_again_before_the_move_is_split_again_not_moved_as_2m() {
     // Admission: the sparse THP to order 0 in one write. Re-check: the three pages found in
     // the new THP, its folio split again (one write, first to last such page).
     assert_eq!(r.splits(), vec![(0, 512, 0), (10, 412, 0)]);
-    assert_eq!(r.get(Counter::ThpRecollapsed), 3);
+    assert_eq!(r.get(Counter::ThpRecollapsed), 1, "one range");
     assert_eq!(r.get(Counter::PgpromoteDeferredRecollapsed), 0);
     assert_eq!(r.get(Counter::PgpromoteSuccess), 3);
     for p in HOT {
@@ -211,7 +211,7 @@ fn a_collapsed_range_that_does_not_split_again_waits() {
     *r.mover.refuse_after_collapse.lock() = true;
     let mut batch = vec![cand(PID, A + 200, 0)];
     r.migrator.process(&mut batch);
-    assert_eq!(r.get(Counter::ThpRecollapsed), 3);
+    assert_eq!(r.get(Counter::ThpRecollapsed), 1);
     assert_eq!(r.get(Counter::PgpromoteDeferredRecollapsed), 3);
     assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
     assert_eq!(r.get(Counter::PgpromoteSuccess), 0);
@@ -234,4 +234,47 @@ fn pages_of_regions_never_split_are_not_looked_up_again() {
     assert_eq!(r.get(Counter::PgpromoteSuccess), 1);
     assert_eq!(r.mover.kernel.0.lock().reads, 1);
     assert_eq!(r.get(Counter::ThpRecollapsed), 0);
+}
+
+#[test]
+fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again() {
+    let mut r = thp_rig();
+    // The table-wide audit is off: the once-a-second look at the split ranges finds it.
+    r.migrator.audit_pages = 0;
+    let mut batch = vec![cand(PID, A + 200, 0)];
+    r.migrator.process(&mut batch);
+    assert_eq!(r.get(Counter::PgpromoteSuccess), 3);
+    // khugepaged: the range, hot pages included, is one THP on the slow node again.
+    r.mover.kernel.0.lock().thp(PID, A * PAGE_SIZE);
+    {
+        let mut mem = r.mover.mem.0.lock();
+        for p in A..A + 512 {
+            mem.pages.insert((PID, p * PAGE_SIZE), SLOW);
+        }
+    }
+    r.migrator.maintain();
+    assert_eq!(r.get(Counter::ThpRecollapsed), 1);
+    assert_eq!(r.get(Counter::PghotAuditMovedBack), 3);
+    let table = Arc::clone(&r.migrator.table);
+    for p in HOT {
+        let e = table.get(PageKey::new(PID, (A + p) * PAGE_SIZE).unwrap());
+        assert_eq!(
+            e.map(|e| e.node()),
+            Some(2),
+            "page {p} tracked on the slow node"
+        );
+    }
+    // Within the second: not looked at again.
+    r.migrator.maintain();
+    assert_eq!(r.get(Counter::ThpRecollapsed), 1);
+    // The next candidate: admission splits the THP again, the pages move at 4 KiB.
+    let mut batch = vec![cand(PID, A + 200, 0)];
+    r.migrator.process(&mut batch);
+    assert_eq!(r.splits(), vec![(0, 512, 0), (0, 512, 0)]);
+    assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
+    assert_eq!(r.get(Counter::PgpromoteSuccess), 6);
+    for p in HOT {
+        assert_eq!(r.node_of(p), 0);
+    }
+    assert_eq!(r.node_of(300), SLOW);
 }
