@@ -158,10 +158,10 @@ counters! {
     /// the slow tier: the destination is contended and cannot take even the hot pages now
     /// (`thp_sparse_left`); offered again on their next sample.
     PgpromoteDeferredSparse => "pgpromote_deferred_sparse",
-    /// Candidates admitted at 4 KiB in a range THP admission split, found in a THP again just
-    /// before their move (khugepaged collapsed the range back) and still there after it was
-    /// split again (`thp_recollapsed`): not moved, since moving one 4 KiB address moves its
-    /// whole folio; offered again on their next sample.
+    /// Candidates admitted at 4 KiB (or as a subfolio) in a range THP admission split, found
+    /// in a THP again just before their move (khugepaged collapsed the range back) and still
+    /// there after it was split again (`thp_recollapsed`): not moved, since moving one
+    /// address moves its whole folio; offered again on their next sample.
     PgpromoteDeferredRecollapsed => "pgpromote_deferred_recollapsed",
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio",
@@ -228,9 +228,10 @@ counters! {
     /// node (mm/khugepaged.c: `hpage_collapse_scan_pmd()` finds the range's PTEs mapped,
     /// `collapse_huge_page()` copies them into a THP allocated on the node most of them sat
     /// on), taking the hot pages promoted from it along. Found either by the migrator's
-    /// re-check just before move_pages of pages admitted at 4 KiB (order 0), where moving one
-    /// would move the whole 2 MiB folio, so its folio is split to order 0 again first
-    /// (`pgpromote_deferred_recollapsed` where that does not take); or by the once-a-second
+    /// re-check just before move_pages of candidates admitted at 4 KiB (order 0) or as a
+    /// subfolio, where moving one would move the whole 2 MiB folio, so the folio is split
+    /// again to the order admitted first (`pgpromote_deferred_recollapsed` where that does
+    /// not take); or by the once-a-second
     /// look at every range split, after which the range's pages believed fast are queried
     /// and tracked as lower-tier again (`pghot_audit_moved_back`). One count per range found.
     ThpRecollapsed => "thp_recollapsed",

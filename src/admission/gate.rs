@@ -12,14 +12,15 @@
 //!    other outcome promotes the folio whole (one address, charged at its size) and counts why.
 //!
 //! 3. Re-check ([`AdmissionGate::recheck`], called by the migrator just before a group's
-//!    move_pages): pages admitted at 4 KiB in a region this gate split may sit in a THP again
-//!    by then, and move_pages on one 4 KiB address moves its whole folio. khugepaged does
-//!    that: `hpage_collapse_scan_pmd()` (mm/khugepaged.c, Linux 6.12) finds the split range's
-//!    512 PTEs mapped, and `collapse_huge_page()` copies them into a new PMD THP allocated on
-//!    the node most of them were on (`hpage_collapse_find_target_node()`): the slow node,
-//!    which keeps the range's cold pages. Such a page's folio is split to order 0 again
-//!    (`thp_recollapsed`, once per range) and the page moves alone; where the split does not
-//!    take, the page waits for its next sample (`pgpromote_deferred_recollapsed`).
+//!    move_pages): pages admitted at 4 KiB (or subfolios up to 1 MiB) in a region this gate
+//!    split may sit in a THP again by then, and move_pages on one address moves its whole
+//!    folio. khugepaged does that: `hpage_collapse_scan_pmd()` (mm/khugepaged.c, Linux 6.12)
+//!    finds the split range's 512 PTEs mapped, and `collapse_huge_page()` copies them into a
+//!    new PMD THP allocated on the node most of them were on
+//!    (`hpage_collapse_find_target_node()`): the slow node, which keeps the range's cold
+//!    pages. Such a candidate's folio is split again (`thp_recollapsed`, once per range) and
+//!    it moves at its size; where the split does not take, it waits for its next sample
+//!    (`pgpromote_deferred_recollapsed`).
 //! 4. Collapsed ranges ([`AdmissionGate::collapsed_ranges`], from the migrator's `maintain`
 //!    once a second): every range this gate split is looked at; one that is a PMD THP again
 //!    took the hot pages promoted from it back to the slow node, so the migrator asks where
@@ -113,11 +114,13 @@ impl<K: ThpKernel> AdmissionGate<K> {
     }
 
     /// Step 3 of the module doc, on one group about to be moved (one pid, sorted by address):
-    /// the 4 KiB candidates in regions this gate split are looked up again (one pagemap span
-    /// per region, one kpageflags entry per page); each found in a large folio is counted
-    /// (`thp_recollapsed`) and its folio split to order 0 again (one debugfs write per region,
-    /// first to last such page: the kernel splits each folio the range meets), then looked up
-    /// once more. Those still in a large folio are taken out of `group`, counted
+    /// the candidates charged under 2 MiB in regions this gate split are looked up again: a
+    /// 4 KiB one is collapsed when its page is in any large folio (one pagemap span per
+    /// region, one kpageflags entry per page), a subfolio (64 KiB .. 1 MiB) when its region is
+    /// a PMD THP (one entry per region). Each region found so is counted (`thp_recollapsed`)
+    /// and its folio split again to the smallest order charged there (one debugfs write, first
+    /// to last such page: the kernel splits each folio the range meets, whole), then looked up
+    /// once more. Those still collapsed are taken out of `group`, counted
     /// (`pgpromote_deferred_recollapsed`) and un-queued: moving them would move 2 MiB. A failed
     /// read leaves the group as it is (the move reports a gone process itself).
     pub fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
@@ -125,56 +128,55 @@ impl<K: ThpKernel> AdmissionGate<K> {
             return;
         }
         let pid = group[0].key.pid();
-        let region_of = |c: &Candidate| c.key.vaddr() & !(REGION_BYTES - 1);
-        let checked: Vec<u64> = group
+        let checked: Vec<(u64, u64)> = group
             .iter()
-            .filter(|c| c.bytes == PAGE_SIZE && self.split_regions.contains(&(pid, region_of(c))))
-            .map(|c| c.key.vaddr())
+            .filter(|c| {
+                c.bytes < REGION_BYTES
+                    && self
+                        .split_regions
+                        .contains(&(pid, c.key.vaddr() & !(REGION_BYTES - 1)))
+            })
+            .map(|c| (c.key.vaddr(), c.bytes))
             .collect();
         if checked.is_empty() {
             return;
         }
-        let large = match self.kernel.in_large_folio(pid, &checked) {
-            Ok(l) => l,
+        let collapsed = match self.collapsed_now(pid, &checked) {
+            Ok(c) => c,
             Err(e) => {
                 self.kernel_failed(&e);
                 return;
             }
         };
-        let collapsed: Vec<u64> = checked
-            .iter()
-            .zip(&large)
-            .filter(|(_, l)| **l)
-            .map(|(v, _)| *v)
-            .collect();
         if collapsed.is_empty() {
             return;
         }
-        for pages in collapsed.chunk_by(|a, b| a & !(REGION_BYTES - 1) == b & !(REGION_BYTES - 1)) {
-            let (first, last) = (pages[0], pages[pages.len() - 1]);
+        let region_of = |&(v, _): &(u64, u64)| v & !(REGION_BYTES - 1);
+        for pages in collapsed.chunk_by(|a, b| region_of(a) == region_of(b)) {
+            let (first, last) = (pages[0].0, pages[pages.len() - 1].0);
+            let order = pages
+                .iter()
+                .map(|&(_, bytes)| (bytes / PAGE_SIZE).trailing_zeros() as u8)
+                .min()
+                .unwrap_or(0);
             // The range's other pages went into the new THP too: the migrator looks them up.
             stats.add(Counter::ThpRecollapsed, 1);
-            self.collapsed.push((pid, first & !(REGION_BYTES - 1)));
-            if let Err(e) = self.kernel.split(pid, first, last + PAGE_SIZE, 0) {
+            self.collapsed.push((pid, region_of(&pages[0])));
+            if let Err(e) = self.kernel.split(pid, first, last + PAGE_SIZE, order) {
                 self.split_failed(&e, stats);
             }
         }
-        let still: HashSet<u64> = match self.kernel.in_large_folio(pid, &collapsed) {
-            Ok(l) => collapsed
-                .iter()
-                .zip(&l)
-                .filter(|(_, l)| **l)
-                .map(|(v, _)| *v)
-                .collect(),
+        let still: HashSet<u64> = match self.collapsed_now(pid, &collapsed) {
+            Ok(c) => c.iter().map(|&(v, _)| v).collect(),
             Err(e) => {
                 self.kernel_failed(&e);
-                collapsed.iter().copied().collect()
+                collapsed.iter().map(|&(v, _)| v).collect()
             }
         };
         tracing::debug!(
             pid,
-            "{} pages admitted at 4 KiB were in a THP again before their move (khugepaged); \
-             {} of them still are after splitting it again, and wait",
+            "{} candidates admitted under 2 MiB were in a THP again before their move \
+             (khugepaged); {} of them still are after splitting it again, and wait",
             collapsed.len(),
             still.len()
         );
@@ -182,7 +184,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
             return;
         }
         group.retain(|c| {
-            if c.bytes == PAGE_SIZE && still.contains(&c.key.vaddr()) {
+            if c.bytes < REGION_BYTES && still.contains(&c.key.vaddr()) {
                 stats.add(Counter::PgpromoteDeferredRecollapsed, 1);
                 table.unqueue(c.key);
                 false
@@ -190,6 +192,47 @@ impl<K: ThpKernel> AdmissionGate<K> {
                 true
             }
         });
+    }
+
+    /// Of `pages` ((address, bytes charged), sorted), those in a THP again: a 4 KiB page in
+    /// any large folio, a subfolio in a region that is one PMD THP.
+    fn collapsed_now(
+        &mut self,
+        pid: u32,
+        pages: &[(u64, u64)],
+    ) -> Result<Vec<(u64, u64)>, ThpError> {
+        let base: Vec<u64> = pages
+            .iter()
+            .filter(|&&(_, b)| b == PAGE_SIZE)
+            .map(|&(v, _)| v)
+            .collect();
+        let mut large = if base.is_empty() {
+            Vec::new()
+        } else {
+            self.kernel.in_large_folio(pid, &base)?
+        }
+        .into_iter();
+        let mut pmd: Option<(u64, bool)> = None;
+        let mut out = Vec::new();
+        for &(v, bytes) in pages {
+            let collapsed = if bytes == PAGE_SIZE {
+                large.next().unwrap_or(false)
+            } else {
+                let region = v & !(REGION_BYTES - 1);
+                match pmd {
+                    Some((r, is)) if r == region => is,
+                    _ => {
+                        let is = self.kernel.is_pmd_thp(pid, region)?;
+                        pmd = Some((region, is));
+                        is
+                    }
+                }
+            };
+            if collapsed {
+                out.push((v, bytes));
+            }
+        }
+        Ok(out)
     }
 
     /// Table 2 for each candidate; returns those admitted.

@@ -96,6 +96,11 @@ struct ThpRig {
 /// A THP at page `A` of `PID` on the slow node, its pages `HOT` sampled 20 times each (60
 /// samples, 3 seen: its own map is trusted, and sparse), per-THP admission with splitting.
 fn thp_rig() -> ThpRig {
+    thp_rig_with(&HOT, 20)
+}
+
+/// [`thp_rig`] with `pages` of the THP sampled `rounds` times each.
+fn thp_rig_with(pages: &[u64], rounds: u64) -> ThpRig {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/qemu-3node");
     let topology = Arc::new(Topology::read(SysfsRoot::new(root)).unwrap());
     let stats = Arc::new(Stats::new());
@@ -115,8 +120,8 @@ fn thp_rig() -> ThpRig {
             mem.pages.insert((PID, p * PAGE_SIZE), SLOW);
         }
     }
-    for round in 0..20u64 {
-        for p in HOT {
+    for round in 0..rounds {
+        for &p in pages {
             table.record(&Access {
                 key: PageKey::new(PID, (A + p) * PAGE_SIZE).unwrap(),
                 time_ns: round * 1_000_000,
@@ -277,4 +282,23 @@ fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again(
         assert_eq!(r.node_of(p), 0);
     }
     assert_eq!(r.node_of(300), SLOW);
+}
+
+/// A hot 64 KiB run (pages 96..112, 4 samples each): admission splits the THP to 64 KiB and
+/// charges the candidate its subfolio; collapsed before the move, the region is split to
+/// 64 KiB again and only that subfolio moves.
+#[test]
+fn a_subfolio_candidate_of_a_collapsed_range_moves_at_its_size() {
+    let mut r = thp_rig_with(&(96..112).collect::<Vec<_>>(), 4);
+    *r.mover.collapse.lock() = Some(A * PAGE_SIZE);
+    let mut batch = vec![cand(PID, A + 100, 0)];
+    r.migrator.process(&mut batch);
+    assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
+    assert_eq!(r.splits(), vec![(0, 512, 4), (100, 101, 4)]);
+    assert_eq!(r.get(Counter::ThpRecollapsed), 1);
+    assert_eq!(r.get(Counter::PgpromoteSuccess), 1);
+    for p in 96..112 {
+        assert_eq!(r.node_of(p), 0, "page {p} of the hot subfolio");
+    }
+    assert_eq!((r.node_of(95), r.node_of(112)), (SLOW, SLOW));
 }
