@@ -8,6 +8,9 @@ use crate::movepages::{Mover, STATUS_UNWRITTEN};
 use crate::stats::Counter;
 use crate::topology::NodeId;
 
+/// The 4 KiB pages of a PMD THP (x86-64): a collapsed range's.
+const PMD_PAGES: u64 = 512;
+
 impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
     /// coldest pages pghotd promoted off any fast node under its low watermark.
@@ -96,7 +99,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// again, counted as the audit counts (`pghot_audit_pages`, `pghot_audit_moved_back`).
     fn requery_ranges(&mut self, ranges: &[(u32, u64)]) {
         for &(pid, start) in ranges {
-            let keys: Vec<PageKey> = (0..crate::admission::split::SUBPAGES as u64)
+            let keys: Vec<PageKey> = (0..PMD_PAGES)
                 .filter_map(|i| PageKey::new(pid, start + i * crate::hotness::PAGE_SIZE))
                 .filter(|&k| {
                     self.table

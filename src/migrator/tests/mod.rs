@@ -5,7 +5,6 @@ mod batch;
 mod capacity;
 mod faults;
 mod maintain;
-mod recollapse;
 mod thread;
 
 use super::ratelimit::fake::FakeClock;

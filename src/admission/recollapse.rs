@@ -9,12 +9,39 @@
 //! copies the range in and maps it with one PMD. move_pages(2) on any 4 KiB address of it then
 //! migrates the whole folio.
 
-use super::*;
-use crate::admission::config::SplitHistogram;
-use crate::admission::gate::AdmissionGate;
-use crate::admission::thp::fake::FakeThp;
-use crate::admission::thp::{REGION_BYTES, Region, ThpError, ThpKernel};
-use crate::admission::{Admission, AdmissionConfig};
+use std::path::Path;
+use std::sync::Arc;
+
+use nix::errno::Errno;
+
+use super::config::SplitHistogram;
+use super::gate::AdmissionGate;
+use super::thp::fake::FakeThp;
+use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
+use super::{Admission, AdmissionConfig};
+use crate::hotness::candidate::Candidate;
+use crate::hotness::{Access, HotTable, HotnessConfig, PageKey};
+use crate::migrator::ratelimit::RateLimits;
+use crate::migrator::ratelimit::fake::FakeClock;
+use crate::migrator::{Migrator, MigratorConfig};
+use crate::movepages::Mover;
+use crate::movepages::fake::FakeMover;
+use crate::sample::{AccessOp, SourceKind};
+use crate::stats::{Counter, Stats};
+use crate::topology::{NodeId, SysfsRoot, Topology};
+
+const SLOW: i32 = 2;
+
+/// A 4 KiB candidate of page number `page` of `pid`, from node 2 to `to`.
+fn cand(pid: u32, page: u64, to: NodeId) -> Candidate {
+    Candidate {
+        key: PageKey::new(pid, page * PAGE_SIZE).unwrap(),
+        from_node: 2,
+        to_node: to,
+        bytes: PAGE_SIZE,
+        source: SourceKind::Trace,
+    }
+}
 
 const PID: u32 = 10;
 /// The THP's first page number (2 MiB aligned).
@@ -91,6 +118,7 @@ struct ThpRig {
     migrator: Migrator<KhugepagedMover, FakeClock>,
     mover: KhugepagedMover,
     stats: Arc<Stats>,
+    table: Arc<HotTable>,
 }
 
 /// A THP at page `A` of `PID` on the slow node, its pages `HOT` sampled 20 times each (60
@@ -143,7 +171,7 @@ fn thp_rig_with(pages: &[u64], rounds: u64) -> ThpRig {
         MigratorConfig::default(),
         mover.clone(),
         FakeClock::default(),
-        table,
+        Arc::clone(&table),
         topology,
         Arc::clone(&stats),
         RateLimits::default(),
@@ -153,6 +181,7 @@ fn thp_rig_with(pages: &[u64], rounds: u64) -> ThpRig {
         migrator,
         mover,
         stats,
+        table,
     }
 }
 
@@ -245,7 +274,7 @@ fn pages_of_regions_never_split_are_not_looked_up_again() {
 fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again() {
     let mut r = thp_rig();
     // The table-wide audit is off: the once-a-second look at the split ranges finds it.
-    r.migrator.audit_pages = 0;
+    r.migrator = r.migrator.with_audit_pages(0);
     let mut batch = vec![cand(PID, A + 200, 0)];
     r.migrator.process(&mut batch);
     assert_eq!(r.get(Counter::PgpromoteSuccess), 3);
@@ -260,7 +289,7 @@ fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again(
     r.migrator.maintain();
     assert_eq!(r.get(Counter::ThpRecollapsed), 1);
     assert_eq!(r.get(Counter::PghotAuditMovedBack), 3);
-    let table = Arc::clone(&r.migrator.table);
+    let table = Arc::clone(&r.table);
     for p in HOT {
         let e = table.get(PageKey::new(PID, (A + p) * PAGE_SIZE).unwrap());
         assert_eq!(
