@@ -16,34 +16,22 @@ use nix::errno::Errno;
 
 use super::config::SplitHistogram;
 use super::gate::AdmissionGate;
+use super::gate::tests::{PID, cand};
 use super::thp::fake::FakeThp;
 use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
 use super::{Admission, AdmissionConfig};
-use crate::hotness::candidate::Candidate;
 use crate::hotness::{Access, HotTable, HotnessConfig, PageKey};
 use crate::migrator::ratelimit::RateLimits;
 use crate::migrator::ratelimit::fake::FakeClock;
 use crate::migrator::{Migrator, MigratorConfig};
 use crate::movepages::Mover;
 use crate::movepages::fake::FakeMover;
-use crate::sample::{AccessOp, SourceKind};
+use crate::sample::AccessOp;
 use crate::stats::{Counter, Stats};
-use crate::topology::{NodeId, SysfsRoot, Topology};
+use crate::topology::{SysfsRoot, Topology};
 
 const SLOW: i32 = 2;
 
-/// A 4 KiB candidate of page number `page` of `pid`, from node 2 to `to`.
-fn cand(pid: u32, page: u64, to: NodeId) -> Candidate {
-    Candidate {
-        key: PageKey::new(pid, page * PAGE_SIZE).unwrap(),
-        from_node: 2,
-        to_node: to,
-        bytes: PAGE_SIZE,
-        source: SourceKind::Trace,
-    }
-}
-
-const PID: u32 = 10;
 /// The THP's first page number (2 MiB aligned).
 const A: u64 = 0x7f00_0000_0000 / PAGE_SIZE;
 /// Sparse hot pages of the THP: admission splits it to order 0 and moves them alone.
@@ -218,7 +206,7 @@ fn a_range_collapsed_again_before_the_move_is_split_again_not_moved_as_2m() {
     let mut r = thp_rig();
     // khugepaged collapses the range after admission split it, before the move.
     *r.mover.collapse.lock() = Some(A * PAGE_SIZE);
-    let mut batch = vec![cand(PID, A + 200, 0)];
+    let mut batch = vec![cand((A + 200) * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
     // Admission: the sparse THP to order 0 in one write. Re-check: the three pages found in
@@ -243,7 +231,7 @@ fn a_collapsed_range_that_does_not_split_again_waits() {
     // write succeeds, and only the pages' flags tell).
     *r.mover.collapse.lock() = Some(A * PAGE_SIZE);
     *r.mover.refuse_after_collapse.lock() = true;
-    let mut batch = vec![cand(PID, A + 200, 0)];
+    let mut batch = vec![cand((A + 200) * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert_eq!(r.get(Counter::ThpRecollapsed), 1);
     assert_eq!(r.get(Counter::PgpromoteDeferredRecollapsed), 3);
@@ -263,7 +251,7 @@ fn pages_of_regions_never_split_are_not_looked_up_again() {
         .lock()
         .pages
         .insert((PID, other * PAGE_SIZE), SLOW);
-    let mut batch = vec![cand(PID, other, 0)];
+    let mut batch = vec![cand(other * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert_eq!(r.get(Counter::PgpromoteSuccess), 1);
     assert_eq!(r.mover.kernel.0.lock().reads, 1);
@@ -275,7 +263,7 @@ fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again(
     let mut r = thp_rig();
     // The table-wide audit is off: the once-a-second look at the split ranges finds it.
     r.migrator = r.migrator.with_audit_pages(0);
-    let mut batch = vec![cand(PID, A + 200, 0)];
+    let mut batch = vec![cand((A + 200) * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert_eq!(r.get(Counter::PgpromoteSuccess), 3);
     // khugepaged: the range, hot pages included, is one THP on the slow node again.
@@ -302,7 +290,7 @@ fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again(
     r.migrator.maintain();
     assert_eq!(r.get(Counter::ThpRecollapsed), 1);
     // The next candidate: admission splits the THP again, the pages move at 4 KiB.
-    let mut batch = vec![cand(PID, A + 200, 0)];
+    let mut batch = vec![cand((A + 200) * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert_eq!(r.splits(), vec![(0, 512, 0), (0, 512, 0)]);
     assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
@@ -320,7 +308,7 @@ fn a_range_collapsed_after_its_pages_moved_is_found_and_its_pages_offered_again(
 fn a_subfolio_candidate_of_a_collapsed_range_moves_at_its_size() {
     let mut r = thp_rig_with(&(96..112).collect::<Vec<_>>(), 4);
     *r.mover.collapse.lock() = Some(A * PAGE_SIZE);
-    let mut batch = vec![cand(PID, A + 100, 0)];
+    let mut batch = vec![cand((A + 100) * PAGE_SIZE)];
     r.migrator.process(&mut batch);
     assert!(r.mover.whole.lock().is_empty(), "no 2 MiB move");
     assert_eq!(r.splits(), vec![(0, 512, 4), (100, 101, 4)]);

@@ -204,15 +204,19 @@ impl SysThp {
     /// The kpageflags of the page at `vaddr` of `pid` when it is in a large THP folio (a
     /// compound head or tail with KPF_THP, not hugetlb), else 0 (a base page, not present).
     fn in_large_folio_flags(&mut self, pid: u32, vaddr: u64) -> Result<u64, ThpError> {
-        let path = self.proc_root.join(pid.to_string()).join("pagemap");
-        let pm_err = |source| ThpError::Pagemap {
-            path: path.clone(),
-            source,
-        };
-        let file = File::open(&path).map_err(pm_err)?;
         let mut entry = [0u64];
-        read_entries(&file, vaddr / PAGE_SIZE, &mut entry).map_err(pm_err)?;
+        let path = self.read_pagemap(pid, vaddr / PAGE_SIZE, &mut entry)?;
         self.thp_flags(entry[0], &path)
+    }
+
+    /// Reads `out.len()` pagemap entries of `pid` from page number `index`; returns the
+    /// file's path, for later errors.
+    fn read_pagemap(&self, pid: u32, index: u64, out: &mut [u64]) -> Result<PathBuf, ThpError> {
+        let path = self.proc_root.join(pid.to_string()).join("pagemap");
+        match File::open(&path).and_then(|f| read_entries(&f, index, out)) {
+            Ok(()) => Ok(path),
+            Err(source) => Err(ThpError::Pagemap { path, source }),
+        }
     }
 
     /// The kpageflags behind a pagemap entry when they say "in a large THP folio", else 0.
@@ -276,14 +280,8 @@ fn read_entries(file: &File, index: u64, out: &mut [u64]) -> std::io::Result<()>
 
 impl ThpKernel for SysThp {
     fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
-        let path = self.proc_root.join(pid.to_string()).join("pagemap");
-        let pm_err = |source| ThpError::Pagemap {
-            path: path.clone(),
-            source,
-        };
-        let file = File::open(&path).map_err(pm_err)?;
         let mut pagemap = [0u64; SUBPAGES];
-        read_entries(&file, start / PAGE_SIZE, &mut pagemap).map_err(pm_err)?;
+        let path = self.read_pagemap(pid, start / PAGE_SIZE, &mut pagemap)?;
         if pagemap
             .iter()
             .any(|&e| e & PM_PRESENT != 0 && e & PM_PFN_MASK == 0)
@@ -322,12 +320,6 @@ impl ThpKernel for SysThp {
     /// with KPF_THP (as in [`Region::from_raw`]). A split region's base pages, with PFNs that
     /// are not consecutive, would cost [`SysThp::region`] up to 512 kpageflags reads.
     fn in_large_folio(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<bool>, ThpError> {
-        let path = self.proc_root.join(pid.to_string()).join("pagemap");
-        let pm_err = |source| ThpError::Pagemap {
-            path: path.clone(),
-            source,
-        };
-        let file = File::open(&path).map_err(pm_err)?;
         let mut out = vec![false; vaddrs.len()];
         let mut i = 0;
         while i < vaddrs.len() {
@@ -339,7 +331,7 @@ impl ThpKernel for SysThp {
             let first = vaddrs[i] / PAGE_SIZE;
             let last = vaddrs[end - 1] / PAGE_SIZE;
             let mut pagemap = vec![0u64; (last - first + 1) as usize];
-            read_entries(&file, first, &mut pagemap).map_err(pm_err)?;
+            let path = self.read_pagemap(pid, first, &mut pagemap)?;
             for (o, &v) in out[i..end].iter_mut().zip(&vaddrs[i..end]) {
                 let entry = pagemap[(v / PAGE_SIZE - first) as usize];
                 *o = self.thp_flags(entry, &path)? != 0;
