@@ -370,6 +370,11 @@ counters! {
     /// the slow tier: the destination is contended and cannot take even the hot pages now
     /// (`thp_sparse_left`); offered again on their next sample.
     PgpromoteDeferredSparse => "pgpromote_deferred_sparse" as Metric::of(&PROMOTE_OUTCOMES, "deferred_sparse"),
+    /// Candidates admitted at 4 KiB (or as a subfolio) in a range THP admission split, found
+    /// in a THP again just before their move (khugepaged collapsed the range back) and still
+    /// there after it was split again (`thp_recollapsed`): not moved, since moving one
+    /// address moves its whole folio; offered again on their next sample.
+    PgpromoteDeferredRecollapsed => "pgpromote_deferred_recollapsed" as Metric::of(&PROMOTE_OUTCOMES, "deferred_recollapsed"),
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio" as Metric::of(&PROMOTE_OUTCOMES, "same_folio"),
     /// Deferred: a write-heavy page while its node's traffic is read-dominant.
@@ -431,6 +436,17 @@ counters! {
     ThpSplitFailRegion => "thp_split_fail_region" as Metric::of(&THP_KEPT_WHOLE, "fail_region"),
     /// Whole: the split write failed otherwise.
     ThpSplitFailOther => "thp_split_fail_other" as Metric::of(&THP_KEPT_WHOLE, "fail_other"),
+    /// Ranges THP admission split that khugepaged collapsed back into one THP on the slow
+    /// node (mm/khugepaged.c: `hpage_collapse_scan_pmd()` finds the range's PTEs mapped,
+    /// `collapse_huge_page()` copies them into a THP allocated on the node most of them sat
+    /// on), taking the hot pages promoted from it along. Found either by the migrator's
+    /// re-check just before move_pages of candidates admitted at 4 KiB (order 0) or as a
+    /// subfolio, where moving one would move the whole 2 MiB folio, so the folio is split
+    /// again to the order admitted first (`pgpromote_deferred_recollapsed` where that does
+    /// not take); or by the once-a-second
+    /// look at every range split, after which the range's pages believed fast are queried
+    /// and tracked as lower-tier again (`pghot_audit_moved_back`). One count per range found.
+    ThpRecollapsed => "thp_recollapsed" as Metric::count("thp_recollapsed_ranges"),
     /// Candidates held back because the fast tier has room only for hotter ones
     /// (capacity-aware admission); offered again on their next sample.
     PgpromoteFailCold => "pgpromote_fail_cold" as Metric::of(&PROMOTE_FAILURES, "cold"),
@@ -523,6 +539,7 @@ impl Counter {
         Counter::PgpromoteDeferredDuplex,
         Counter::PgpromoteDeferredFewSamples,
         Counter::PgpromoteDeferredSparse,
+        Counter::PgpromoteDeferredRecollapsed,
         Counter::PgpromoteSameFolio,
     ];
 

@@ -11,10 +11,28 @@
 //!    (un-queued, offered again by a later sample) rather than promoted 2 MiB at a time. Any
 //!    other outcome promotes the folio whole (one address, charged at its size) and counts why.
 //!
+//! 3. Re-check ([`AdmissionGate::recheck`], called by the migrator just before a group's
+//!    move_pages): pages admitted at 4 KiB (or subfolios up to 1 MiB) in a region this gate
+//!    split may sit in a THP again by then, and move_pages on one address moves its whole
+//!    folio. khugepaged does that: `hpage_collapse_scan_pmd()` (mm/khugepaged.c, Linux 6.12)
+//!    finds the split range's 512 PTEs mapped, and `collapse_huge_page()` copies them into a
+//!    new PMD THP allocated on the node most of them were on
+//!    (`hpage_collapse_find_target_node()`): the slow node, which keeps the range's cold
+//!    pages. Such a candidate's folio is split again (`thp_recollapsed`, once per range) and
+//!    it moves at its size; where the split does not take, it waits for its next sample
+//!    (`pgpromote_deferred_recollapsed`).
+//! 4. Collapsed ranges ([`AdmissionGate::collapsed_ranges`], from the migrator's `maintain`
+//!    once a second): every range this gate split is looked at; one that is a PMD THP again
+//!    took the hot pages promoted from it back to the slow node, so the migrator asks where
+//!    the range's pages believed fast are and tracks those on a lower tier as lower-tier
+//!    again: their next samples offer them anew, and admission splits the THP again. The
+//!    table-wide audit finds them too, but reads a sixteenth of the table a second.
+//!
 //! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
 //! without a candidate of their own ("riders") are counted in `thp_split_riders` and then end
 //! in an outcome counter too, so outcomes = candidates + riders.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,12 +46,21 @@ use crate::migrator::{Admit, Headroom};
 use crate::stats::{Counter, Stats};
 use crate::topology::NodeId;
 
+/// Regions (pid, 2 MiB start) a gate remembers having split, for [`AdmissionGate::recheck`];
+/// when full the set starts over (its pages then move unchecked, as before the re-check).
+pub const MAX_SPLIT_REGIONS: usize = 65_536;
+
 /// The admission a migrator runs; `K` is the kernel (or a fake).
 pub struct AdmissionGate<K: ThpKernel> {
     pub(super) admission: Arc<Admission>,
     pub(super) kernel: K,
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
     pub(super) dry_run: bool,
+    /// Regions this gate split (verified): their 4 KiB moves are re-checked before the move,
+    /// and each is looked at once a second for a collapse ([`Admit::collapsed_ranges`]).
+    split_regions: HashSet<(u32, u64)>,
+    /// Regions found collapsed again since the migrator last asked.
+    collapsed: Vec<(u32, u64)>,
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -42,7 +69,170 @@ impl<K: ThpKernel> AdmissionGate<K> {
             admission,
             kernel,
             dry_run,
+            split_regions: HashSet::new(),
+            collapsed: Vec::new(),
         }
+    }
+
+    /// [`Admit::collapsed_ranges`]: with `scan`, every region this gate split is looked at (one
+    /// pagemap and one kpageflags entry each); one that is a PMD THP again is counted
+    /// (`thp_recollapsed`) and forgotten (a later split notes it again), as is one whose
+    /// process is gone. Returns those and the ones the pre-move re-check found.
+    pub fn collapsed_ranges(&mut self, scan: bool, stats: &Stats) -> Vec<(u32, u64)> {
+        if scan && !self.dry_run && !self.split_regions.is_empty() {
+            let mut regions: Vec<(u32, u64)> = self.split_regions.iter().copied().collect();
+            regions.sort_unstable();
+            for (pid, start) in regions {
+                match self.kernel.is_pmd_thp(pid, start) {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        stats.add(Counter::ThpRecollapsed, 1);
+                        self.split_regions.remove(&(pid, start));
+                        self.collapsed.push((pid, start));
+                    }
+                    Err(e) => {
+                        self.split_regions.remove(&(pid, start));
+                        if e.is_unavailable() {
+                            self.kernel_failed(&e);
+                        }
+                    }
+                }
+            }
+        }
+        std::mem::take(&mut self.collapsed)
+    }
+
+    /// Remembers a region split by this gate (not in a dry run: nothing was split).
+    pub(super) fn note_split(&mut self, pid: u32, start: u64) {
+        if self.dry_run {
+            return;
+        }
+        if self.split_regions.len() >= MAX_SPLIT_REGIONS {
+            self.split_regions.clear();
+        }
+        self.split_regions.insert((pid, start));
+    }
+
+    /// Step 3 of the module doc, on one group about to be moved (one pid, sorted by address):
+    /// the candidates charged under 2 MiB in regions this gate split are looked up again: a
+    /// 4 KiB one is collapsed when its page is in any large folio (one pagemap span per
+    /// region, one kpageflags entry per page), a subfolio (64 KiB .. 1 MiB) when its region is
+    /// a PMD THP (one entry per region). Each region found so is counted (`thp_recollapsed`)
+    /// and its folio split again to the smallest order charged there (one debugfs write, first
+    /// to last such page: the kernel splits each folio the range meets, whole), then looked up
+    /// once more. Those still collapsed are taken out of `group`, counted
+    /// (`pgpromote_deferred_recollapsed`) and un-queued: moving them would move 2 MiB. A failed
+    /// read leaves the group as it is (the move reports a gone process itself).
+    pub fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        if self.split_regions.is_empty() || self.dry_run || group.is_empty() {
+            return;
+        }
+        let pid = group[0].key.pid();
+        let checked: Vec<(u64, u64)> = group
+            .iter()
+            .filter(|c| {
+                c.bytes < REGION_BYTES
+                    && self
+                        .split_regions
+                        .contains(&(pid, c.key.vaddr() & !(REGION_BYTES - 1)))
+            })
+            .map(|c| (c.key.vaddr(), c.bytes))
+            .collect();
+        if checked.is_empty() {
+            return;
+        }
+        let collapsed = match self.collapsed_now(pid, &checked) {
+            Ok(c) => c,
+            Err(e) => {
+                self.kernel_failed(&e);
+                return;
+            }
+        };
+        if collapsed.is_empty() {
+            return;
+        }
+        let region_of = |&(v, _): &(u64, u64)| v & !(REGION_BYTES - 1);
+        for pages in collapsed.chunk_by(|a, b| region_of(a) == region_of(b)) {
+            let (first, last) = (pages[0].0, pages[pages.len() - 1].0);
+            let order = pages
+                .iter()
+                .map(|&(_, bytes)| (bytes / PAGE_SIZE).trailing_zeros() as u8)
+                .min()
+                .unwrap_or(0);
+            // The range's other pages went into the new THP too: the migrator looks them up.
+            stats.add(Counter::ThpRecollapsed, 1);
+            self.collapsed.push((pid, region_of(&pages[0])));
+            if let Err(e) = self.kernel.split(pid, first, last + PAGE_SIZE, order) {
+                self.split_failed(&e, stats);
+            }
+        }
+        let still: HashSet<u64> = match self.collapsed_now(pid, &collapsed) {
+            Ok(c) => c.iter().map(|&(v, _)| v).collect(),
+            Err(e) => {
+                self.kernel_failed(&e);
+                collapsed.iter().map(|&(v, _)| v).collect()
+            }
+        };
+        tracing::debug!(
+            pid,
+            "{} candidates admitted under 2 MiB were in a THP again before their move \
+             (khugepaged); {} of them still are after splitting it again, and wait",
+            collapsed.len(),
+            still.len()
+        );
+        if still.is_empty() {
+            return;
+        }
+        group.retain(|c| {
+            if c.bytes < REGION_BYTES && still.contains(&c.key.vaddr()) {
+                stats.add(Counter::PgpromoteDeferredRecollapsed, 1);
+                table.unqueue(c.key);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Of `pages` ((address, bytes charged), sorted), those in a THP again: a 4 KiB page in
+    /// any large folio, a subfolio in a region that is one PMD THP.
+    fn collapsed_now(
+        &mut self,
+        pid: u32,
+        pages: &[(u64, u64)],
+    ) -> Result<Vec<(u64, u64)>, ThpError> {
+        let base: Vec<u64> = pages
+            .iter()
+            .filter(|&&(_, b)| b == PAGE_SIZE)
+            .map(|&(v, _)| v)
+            .collect();
+        let mut large = if base.is_empty() {
+            Vec::new()
+        } else {
+            self.kernel.in_large_folio(pid, &base)?
+        }
+        .into_iter();
+        let mut pmd: Option<(u64, bool)> = None;
+        let mut out = Vec::new();
+        for &(v, bytes) in pages {
+            let collapsed = if bytes == PAGE_SIZE {
+                large.next().unwrap_or(false)
+            } else {
+                let region = v & !(REGION_BYTES - 1);
+                match pmd {
+                    Some((r, is)) if r == region => is,
+                    _ => {
+                        let is = self.kernel.is_pmd_thp(pid, region)?;
+                        pmd = Some((region, is));
+                        is
+                    }
+                }
+            };
+            if collapsed {
+                out.push((v, bytes));
+            }
+        }
+        Ok(out)
     }
 
     /// Table 2 for each candidate; returns those admitted.
@@ -215,6 +405,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
         if !self.dry_run {
             stats.add(split_counter(plan.order), 1);
         }
+        self.note_split(pid, start);
         Some(after)
     }
 
@@ -348,6 +539,14 @@ pub(super) fn defer(
 }
 
 impl<K: ThpKernel> Admit for AdmissionGate<K> {
+    fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
+        AdmissionGate::recheck(self, group, table, stats);
+    }
+
+    fn collapsed_ranges(&mut self, scan: bool, stats: &Stats) -> Vec<(u32, u64)> {
+        AdmissionGate::collapsed_ranges(self, scan, stats)
+    }
+
     fn admit(
         &mut self,
         batch: &mut Vec<Candidate>,

@@ -22,6 +22,8 @@ pub mod config;
 pub mod gate;
 pub mod histogram;
 pub mod per_folio;
+#[cfg(test)]
+mod recollapse;
 pub mod split;
 pub mod thp;
 pub mod traffic;

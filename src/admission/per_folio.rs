@@ -446,6 +446,7 @@ impl<K: ThpKernel> AdmissionGate<K> {
         if !self.dry_run && !sparse && writes[0].1 - writes[0].0 == REGION_BYTES {
             stats.add(super::gate::split_counter(plan.order), 1);
         }
+        self.note_split(pid, region.start);
         Some(after)
     }
 }

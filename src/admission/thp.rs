@@ -148,6 +148,32 @@ pub trait ThpKernel: Send {
     /// Splits the THPs in `[start, end)` of `pid` to `order`. Success does not mean anything
     /// split: read the region again.
     fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError>;
+    /// Whether each of `vaddrs` (sorted) of `pid` is in a large folio now (false where not
+    /// present): the re-check before a move of pages admitted at 4 KiB (see
+    /// `AdmissionGate::recheck`). By default one region read per 2 MiB region; [`SysThp`]
+    /// reads one pagemap span per region and one kpageflags entry per page.
+    fn in_large_folio(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<bool>, ThpError> {
+        let mut out = Vec::with_capacity(vaddrs.len());
+        let mut region: Option<Region> = None;
+        for &v in vaddrs {
+            let start = v & !(REGION_BYTES - 1);
+            let r = match region.take() {
+                Some(r) if r.start == start => r,
+                _ => self.region(pid, start)?,
+            };
+            out.push(r.folio_of(v).is_some_and(|f| f.order() > 0));
+            region = Some(r);
+        }
+        Ok(out)
+    }
+    /// Whether the 2 MiB region at `start` of `pid` is one PMD THP (a range collapsed again by
+    /// khugepaged after a split). By default one region read; [`SysThp`] reads one pagemap
+    /// entry and one kpageflags entry.
+    fn is_pmd_thp(&mut self, pid: u32, start: u64) -> Result<bool, ThpError> {
+        let r = self.region(pid, start)?;
+        Ok(r.folio_of(start)
+            .is_some_and(|f| usize::from(f.folio_pages) == SUBPAGES))
+    }
 }
 
 /// The real interfaces, under `proc_root` (normally `/proc`) and `split_path` (normally
@@ -173,6 +199,50 @@ impl SysThp {
 
     pub fn split_path(&self) -> &Path {
         &self.split_path
+    }
+
+    /// The kpageflags of the page at `vaddr` of `pid` when it is in a large THP folio (a
+    /// compound head or tail with KPF_THP, not hugetlb), else 0 (a base page, not present).
+    fn in_large_folio_flags(&mut self, pid: u32, vaddr: u64) -> Result<u64, ThpError> {
+        let mut entry = [0u64];
+        let path = self.read_pagemap(pid, vaddr / PAGE_SIZE, &mut entry)?;
+        self.thp_flags(entry[0], &path)
+    }
+
+    /// Reads `out.len()` pagemap entries of `pid` from page number `index`; returns the
+    /// file's path, for later errors.
+    fn read_pagemap(&self, pid: u32, index: u64, out: &mut [u64]) -> Result<PathBuf, ThpError> {
+        let path = self.proc_root.join(pid.to_string()).join("pagemap");
+        match File::open(&path).and_then(|f| read_entries(&f, index, out)) {
+            Ok(()) => Ok(path),
+            Err(source) => Err(ThpError::Pagemap { path, source }),
+        }
+    }
+
+    /// The kpageflags behind a pagemap entry when they say "in a large THP folio", else 0.
+    fn thp_flags(&mut self, entry: u64, pagemap: &Path) -> Result<u64, ThpError> {
+        if entry & PM_PRESENT == 0 {
+            return Ok(0);
+        }
+        let pfn = entry & PM_PFN_MASK;
+        if pfn == 0 {
+            return Err(ThpError::PfnHidden {
+                path: pagemap.to_path_buf(),
+            });
+        }
+        let mut flags = [0u64];
+        let kpf_path = self.proc_root.join("kpageflags");
+        read_entries(self.kpageflags()?, pfn, &mut flags).map_err(|source| {
+            ThpError::Kpageflags {
+                path: kpf_path,
+                source,
+            }
+        })?;
+        let f = flags[0];
+        let large = f & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
+            && f & KPF_THP != 0
+            && f & KPF_HUGE == 0;
+        Ok(if large { f } else { 0 })
     }
 
     fn kpageflags(&mut self) -> Result<&File, ThpError> {
@@ -210,14 +280,8 @@ fn read_entries(file: &File, index: u64, out: &mut [u64]) -> std::io::Result<()>
 
 impl ThpKernel for SysThp {
     fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
-        let path = self.proc_root.join(pid.to_string()).join("pagemap");
-        let pm_err = |source| ThpError::Pagemap {
-            path: path.clone(),
-            source,
-        };
-        let file = File::open(&path).map_err(pm_err)?;
         let mut pagemap = [0u64; SUBPAGES];
-        read_entries(&file, start / PAGE_SIZE, &mut pagemap).map_err(pm_err)?;
+        let path = self.read_pagemap(pid, start / PAGE_SIZE, &mut pagemap)?;
         if pagemap
             .iter()
             .any(|&e| e & PM_PRESENT != 0 && e & PM_PFN_MASK == 0)
@@ -249,6 +313,39 @@ impl ThpKernel for SysThp {
             i = end;
         }
         Ok(Region::from_raw(start, &pagemap, &flags))
+    }
+
+    /// Per 2 MiB region, one pagemap read from the first to the last page asked about; then one
+    /// kpageflags entry per present page: a THP's subpage reads as a compound head or tail
+    /// with KPF_THP (as in [`Region::from_raw`]). A split region's base pages, with PFNs that
+    /// are not consecutive, would cost [`SysThp::region`] up to 512 kpageflags reads.
+    fn in_large_folio(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<bool>, ThpError> {
+        let mut out = vec![false; vaddrs.len()];
+        let mut i = 0;
+        while i < vaddrs.len() {
+            let region = vaddrs[i] & !(REGION_BYTES - 1);
+            let end = i + vaddrs[i..]
+                .iter()
+                .take_while(|&&v| v & !(REGION_BYTES - 1) == region)
+                .count();
+            let first = vaddrs[i] / PAGE_SIZE;
+            let last = vaddrs[end - 1] / PAGE_SIZE;
+            let mut pagemap = vec![0u64; (last - first + 1) as usize];
+            let path = self.read_pagemap(pid, first, &mut pagemap)?;
+            for (o, &v) in out[i..end].iter_mut().zip(&vaddrs[i..end]) {
+                let entry = pagemap[(v / PAGE_SIZE - first) as usize];
+                *o = self.thp_flags(entry, &path)? != 0;
+            }
+            i = end;
+        }
+        Ok(out)
+    }
+
+    /// Subpage 256 of a region is a compound tail only in a folio larger than 1 MiB, that is
+    /// a PMD THP: split to any order up to 8 it is a folio head or a base page.
+    fn is_pmd_thp(&mut self, pid: u32, start: u64) -> Result<bool, ThpError> {
+        let middle = start + (SUBPAGES as u64 / 2) * PAGE_SIZE;
+        Ok(self.in_large_folio_flags(pid, middle)? & KPF_COMPOUND_TAIL != 0)
     }
 
     fn split(&mut self, pid: u32, start: u64, end: u64, order: u8) -> Result<(), ThpError> {
@@ -304,6 +401,8 @@ pub(crate) mod fake {
         /// Split writes succeed but change nothing (pinned folios).
         pub(crate) refuse: bool,
         pub(crate) unavailable: bool,
+        /// Region reads so far (each a pagemap + kpageflags read on the real kernel).
+        pub(crate) reads: usize,
     }
 
     impl FakeThp {
@@ -316,6 +415,7 @@ pub(crate) mod fake {
 
     impl ThpKernel for FakeThp {
         fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
+            self.reads += 1;
             let sizes = self
                 .regions
                 .get(&(pid, start))
@@ -350,7 +450,14 @@ pub(crate) mod fake {
             if !self.refuse
                 && let Some(sizes) = self.regions.get_mut(&(pid, region))
             {
-                for s in &mut sizes[pages] {
+                // As split_huge_pages_pid() does: each folio the range meets splits whole.
+                let folio_of = |i: usize, size: u16| {
+                    let size = usize::from(size.max(1));
+                    i - i % size..i - i % size + size
+                };
+                let from = folio_of(pages.start, sizes[pages.start]).start;
+                let to = folio_of(pages.end - 1, sizes[pages.end - 1]).end;
+                for s in &mut sizes[from..to] {
                     if *s > 1 << order {
                         *s = 1 << order;
                     }
@@ -382,14 +489,15 @@ mod tests {
 
     const START: u64 = 0x7f00_0020_0000;
 
-    #[test]
-    fn a_pmd_thp_reads_as_one_512_page_folio() {
-        let dir = tempfile::tempdir().unwrap();
-        let head = 0x40000u64;
-        let entries: Vec<_> = (0..512)
+    /// (index, entry) pairs of a pagemap or kpageflags fixture.
+    type Entries = Vec<(u64, u64)>;
+
+    /// The pagemap entries and kpageflags of a PMD THP at `START`, PFNs from `head`.
+    fn pmd_thp(head: u64) -> (Entries, Entries) {
+        let entries = (0..512)
             .map(|i| (START + i * PAGE_SIZE, PM_PRESENT | (head + i)))
             .collect();
-        let kpf: Vec<_> = (0..512)
+        let kpf = (0..512)
             .map(|i| {
                 let part = if i == 0 {
                     KPF_COMPOUND_HEAD
@@ -399,6 +507,13 @@ mod tests {
                 (head + i, part | KPF_THP)
             })
             .collect();
+        (entries, kpf)
+    }
+
+    #[test]
+    fn a_pmd_thp_reads_as_one_512_page_folio() {
+        let dir = tempfile::tempdir().unwrap();
+        let (entries, kpf) = pmd_thp(0x40000);
         fixture(dir.path(), &entries, &kpf);
         let mut k = SysThp::new(dir.path(), dir.path().join("split"));
         let r = k.region(77, START).unwrap();
@@ -433,6 +548,47 @@ mod tests {
         assert_eq!(at(20).map(|f| (f.folio_start, f.order())), Some((16, 4)));
         assert_eq!(at(32).map(|f| f.order()), Some(0));
         assert_eq!(at(40), None);
+    }
+
+    /// The re-check's per-page read: subpage 5 of a THP (PFNs 0x40000.., head 0x40000), a base
+    /// page at subpage 600 (the next region), an absent page; then a hidden PFN.
+    #[test]
+    fn in_large_folio_reads_one_kpageflags_entry_per_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut entries, mut kpf) = pmd_thp(0x40000);
+        entries.push((START + 600 * PAGE_SIZE, PM_PRESENT | 0x9000));
+        kpf.push((0x9000, 1 << 5)); // LRU only
+        fixture(dir.path(), &entries, &kpf);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        let pages = [
+            START,
+            START + 5 * PAGE_SIZE,
+            START + 600 * PAGE_SIZE,
+            START + 700 * PAGE_SIZE,
+        ];
+        assert_eq!(
+            k.in_large_folio(77, &pages).unwrap(),
+            vec![true, true, false, false]
+        );
+        assert!(k.is_pmd_thp(77, START).unwrap());
+        fixture(dir.path(), &[(START + 3 * PAGE_SIZE, PM_PRESENT)], &[]);
+        let err = k.in_large_folio(77, &[START + 3 * PAGE_SIZE]).unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+    }
+
+    /// A region split to 1 MiB folios: subpage 256 is the second folio's head, not a tail.
+    #[test]
+    fn a_region_split_to_1m_is_not_a_pmd_thp() {
+        let dir = tempfile::tempdir().unwrap();
+        let (entries, mut kpf) = pmd_thp(0x40000);
+        kpf[256].1 = KPF_COMPOUND_HEAD | KPF_THP;
+        fixture(dir.path(), &entries, &kpf);
+        let mut k = SysThp::new(dir.path(), dir.path().join("split"));
+        assert!(!k.is_pmd_thp(77, START).unwrap());
+        assert_eq!(
+            k.in_large_folio(77, &[START + 256 * PAGE_SIZE]).unwrap(),
+            vec![true]
+        );
     }
 
     #[test]

@@ -230,6 +230,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 Err(_) => self.failed(c, page_failure(s)),
             }
         }
+        // Admission's last word, on what is about to move (a THP collapsed since admission).
+        if let Some(admission) = &mut self.admission {
+            admission.recheck(&mut to_move, &self.table, &self.stats);
+        }
         if to_move.is_empty() {
             return 0;
         }

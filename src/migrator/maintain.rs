@@ -8,6 +8,9 @@ use crate::movepages::{Mover, STATUS_UNWRITTEN};
 use crate::stats::Counter;
 use crate::topology::NodeId;
 
+/// The 4 KiB pages of a PMD THP (x86-64): a collapsed range's.
+const PMD_PAGES: u64 = 512;
+
 impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
     /// coldest pages pghotd promoted off any fast node under its low watermark.
@@ -19,6 +22,18 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             self.audit();
             let took = self.clock.now().saturating_sub(started);
             self.next_audit = self.clock.now() + audit::pause_after(took);
+        }
+        if !self.config.dry_run && self.admission.is_some() {
+            let now = self.clock.now();
+            let scan = now >= self.next_collapse_scan;
+            if scan {
+                self.next_collapse_scan = now + audit::AUDIT_EVERY;
+            }
+            let ranges = match &mut self.admission {
+                Some(a) => a.collapsed_ranges(scan, &self.stats),
+                None => Vec::new(),
+            };
+            self.requery_ranges(&ranges);
         }
         if !self.config.demote || self.config.dry_run {
             return;
@@ -74,6 +89,49 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             tracing::debug!(
                 node = self.node,
                 "audit: {moved_back} of {checked} pages believed fast are back on a lower tier"
+            );
+        }
+    }
+
+    /// For ranges khugepaged collapsed again after admission split them: the pages of each
+    /// the table places on a fast node went into the new THP on the slow node. Asks the kernel
+    /// where they are (one query per range) and tracks those on a lower tier as lower-tier
+    /// again, counted as the audit counts (`pghot_audit_pages`, `pghot_audit_moved_back`).
+    fn requery_ranges(&mut self, ranges: &[(u32, u64)]) {
+        for &(pid, start) in ranges {
+            let keys: Vec<PageKey> = (0..PMD_PAGES)
+                .filter_map(|i| PageKey::new(pid, start + i * crate::hotness::PAGE_SIZE))
+                .filter(|&k| {
+                    self.table
+                        .get(k)
+                        .is_some_and(|e| !self.topology.is_lower_tier(e.node()))
+                })
+                .collect();
+            if keys.is_empty() {
+                continue;
+            }
+            let pages: Vec<u64> = keys.iter().map(|k| k.vaddr()).collect();
+            let mut status = vec![STATUS_UNWRITTEN; pages.len()];
+            if self.query(pid, &pages, &mut status).is_err() {
+                continue;
+            }
+            let mut moved_back = 0;
+            for (&key, &s) in keys.iter().zip(&status) {
+                if let Ok(node) = NodeId::try_from(s)
+                    && self.topology.is_lower_tier(node)
+                {
+                    self.table.mark_demoted(key, node);
+                    moved_back += 1;
+                }
+            }
+            self.stats.add(Counter::PghotAuditPages, pages.len() as u64);
+            self.stats.add(Counter::PghotAuditMovedBack, moved_back);
+            tracing::debug!(
+                pid,
+                node = self.node,
+                "a range split for admission is one THP again (khugepaged): {moved_back} of \
+                 its {} pages believed fast are on a lower tier",
+                pages.len()
             );
         }
     }

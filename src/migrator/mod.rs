@@ -93,6 +93,21 @@ pub trait Admit: Send {
         stats: &Stats,
         headroom: &dyn Fn(NodeId) -> Headroom,
     );
+
+    /// Just before the move of `group` (one pid, one destination, one charged size, sorted by
+    /// address, every page found on a lower tier by the query): takes out the candidates whose
+    /// folio changed since [`Admit::admit`] so that moving them would move more than they were
+    /// charged, each counted and made eligible again. The gate's: a range it split that
+    /// khugepaged collapsed again (`thp_recollapsed`). By default nothing is re-checked.
+    fn recheck(&mut self, _group: &mut Vec<Candidate>, _table: &HotTable, _stats: &Stats) {}
+
+    /// (pid, 2 MiB start) of ranges this admission split that are one THP again (khugepaged)
+    /// since the last call; with `scan` (once a second, from `maintain`) it looks at every
+    /// range it split first. The migrator re-queries their pages believed fast. By default
+    /// none.
+    fn collapsed_ranges(&mut self, _scan: bool, _stats: &Stats) -> Vec<(u32, u64)> {
+        Vec::new()
+    }
 }
 
 /// What a destination node can take now, as the migrator knows it before a batch: the bytes
@@ -159,6 +174,8 @@ pub struct Migrator<M: Mover, C: Clock> {
     audit_cursor: usize,
     /// Most pages one audit asks about.
     audit_pages: usize,
+    /// When admission next looks at the ranges it split for collapses (clock time).
+    next_collapse_scan: Duration,
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -199,6 +216,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             next_audit: Duration::ZERO,
             audit_cursor: 0,
             audit_pages: audit::AUDIT_PAGES,
+            next_collapse_scan: Duration::ZERO,
         }
     }
 
