@@ -30,8 +30,11 @@ mkdir -p /etc/containers
 printf '%s\n' '[storage]' 'driver = "vfs"' 'runroot = "/run/containers/storage"' \
 	'graphroot = "/var/lib/containers/storage"' > /etc/containers/storage.conf
 rm -rf /var/lib/containers/storage /run/containers/storage
-# The guest has no D-Bus, so podman cannot ask systemd for cgroups: it writes them itself.
-printf '%s\n' '[engine]' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' > /etc/containers/containers.conf
+# The guest has no D-Bus, so podman cannot ask systemd for cgroups: it writes them itself. Its
+# root is the initramfs's rootfs, which pivot_root(2) cannot move away from (EINVAL): the
+# runtime enters a container's root with a mount move instead (no_pivot_root).
+printf '%s\n' '[engine]' 'cgroup_manager = "cgroupfs"' 'events_logger = "file"' 'no_pivot_root = true' \
+	> /etc/containers/containers.conf
 pm() { podman "$@"; }
 pghotd_image=registry.example/pghotd:0.1.0
 app_image=registry.example/app:1
