@@ -265,6 +265,20 @@ impl Clock for SimClock {
 /// pghotd's promotion reserve on the fast node, as `MigratorConfig::default()`.
 const PROMOTE_MIN_FREE_PCT: u64 = 2;
 
+/// The daemon's `window_samples` at `scale`. The table widens its window to hold that many
+/// recorded samples (`hotness::window`), and the scaled run records 1/scale of the full-size
+/// samples over 1/scale of the pages, so the full-size count would hold `scale` times the
+/// sample time: 16384 at 1/64 widened the window to 225 s where the daemon keeps its floor
+/// (the pointer chase records >= 4000 lower-tier samples a second at full size, 16384 of them
+/// in under 5 s). Divided like the pages, the window in seconds is the full-size daemon's.
+/// 0 (widening off) stays 0.
+fn scaled_window_samples(full_size: u32, scale: f64) -> u32 {
+    if full_size == 0 {
+        return 0;
+    }
+    ((f64::from(full_size) / scale).round() as u32).max(1)
+}
+
 /// pghotd's real code, wired as the daemon wires it, with one sampler thread's recorder.
 struct PghotdEngine {
     recorder: Recorder,
@@ -310,6 +324,10 @@ impl PghotdEngine {
             policy: HotnessConfig {
                 freq_threshold: policy.freq_threshold,
                 promote_window_ms: policy.promote_window_ms,
+                window_samples: scaled_window_samples(
+                    HotnessConfig::default().window_samples,
+                    scale,
+                ),
                 ..HotnessConfig::default()
             },
             target_nid: Some(FAST),
@@ -758,6 +776,14 @@ mod tests {
     const AUTO: PeriodSetting = PeriodSetting::Auto {
         cpu_budget_pct: 5.0,
     };
+
+    #[test]
+    fn window_samples_scale_like_the_samples() {
+        assert_eq!(scaled_window_samples(16384, 1.0), 16384);
+        assert_eq!(scaled_window_samples(16384, 64.0), 256);
+        assert_eq!(scaled_window_samples(16384, 1e6), 1);
+        assert_eq!(scaled_window_samples(0, 64.0), 0, "widening off stays off");
+    }
 
     #[test]
     fn runs_are_deterministic_per_seed() {
