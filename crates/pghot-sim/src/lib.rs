@@ -79,6 +79,24 @@ pub struct PghotdPolicy {
     pub demote: bool,
 }
 
+/// `pghot-sim --promote-window-ms` when not given: 60 s, which is not the daemon's default
+/// (`promote_window_ms` 5000). With `freq_threshold` 1 the window does not matter; with 2 it
+/// does (BENCHMARKS.md, issue 22's section, has both).
+pub const DEFAULT_PROMOTE_WINDOW_MS: u32 = 60_000;
+
+impl PghotdPolicy {
+    /// `pghot-sim`'s defaults with `period`: the daemon's `freq_threshold` (2), the simulator's
+    /// [`DEFAULT_PROMOTE_WINDOW_MS`], no demotion.
+    pub fn sim_defaults(period: PeriodSetting) -> PghotdPolicy {
+        PghotdPolicy {
+            period,
+            freq_threshold: HotnessConfig::default().freq_threshold,
+            promote_window_ms: DEFAULT_PROMOTE_WINDOW_MS,
+            demote: false,
+        }
+    }
+}
+
 /// Who promotes.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -265,6 +283,20 @@ impl Clock for SimClock {
 /// pghotd's promotion reserve on the fast node, as `MigratorConfig::default()`.
 const PROMOTE_MIN_FREE_PCT: u64 = 2;
 
+/// The daemon's `window_samples` at `scale`. The table widens its window to hold that many
+/// recorded samples (`hotness::window`), and the scaled run records 1/scale of the full-size
+/// samples over 1/scale of the pages, so the full-size count would hold `scale` times the
+/// sample time: 16384 at 1/64 widened the window to 225 s where the daemon keeps its floor
+/// (the pointer chase records >= 4000 lower-tier samples a second at full size, 16384 of them
+/// in under 5 s). Divided like the pages, the window in seconds is the full-size daemon's.
+/// 0 (widening off) stays 0.
+fn scaled_window_samples(full_size: u32, scale: f64) -> u32 {
+    if full_size == 0 {
+        return 0;
+    }
+    ((f64::from(full_size) / scale).round() as u32).max(1)
+}
+
 /// pghotd's real code, wired as the daemon wires it, with one sampler thread's recorder.
 struct PghotdEngine {
     recorder: Recorder,
@@ -310,6 +342,10 @@ impl PghotdEngine {
             policy: HotnessConfig {
                 freq_threshold: policy.freq_threshold,
                 promote_window_ms: policy.promote_window_ms,
+                window_samples: scaled_window_samples(
+                    HotnessConfig::default().window_samples,
+                    scale,
+                ),
                 ..HotnessConfig::default()
             },
             target_nid: Some(FAST),
@@ -760,6 +796,14 @@ mod tests {
     };
 
     #[test]
+    fn window_samples_scale_like_the_samples() {
+        assert_eq!(scaled_window_samples(16384, 1.0), 16384);
+        assert_eq!(scaled_window_samples(16384, 64.0), 256);
+        assert_eq!(scaled_window_samples(16384, 1e6), 1);
+        assert_eq!(scaled_window_samples(0, 64.0), 0, "widening off stays off");
+    }
+
+    #[test]
     fn runs_are_deterministic_per_seed() {
         let p = params(Shape::Graph, pghotd(AUTO, 1, false), 20.0);
         let a = run(&p);
@@ -949,25 +993,84 @@ mod tests {
         within("H5 promoted", h5.promoted_mb * 256.0, 3.15e6, 2.0);
     }
 
-    /// Issue 22's policy bar, within the series' 240 s: pghotd's auto period at the daemon's
-    /// default budget and the series' freq_threshold 1 covers the hot set (>= 99 %, <= 2 %
-    /// over), beats every row's latency (the lowest, H5's, is 92 ns) and stays under H5's
-    /// 16 % of a core.
-    #[test]
-    fn pghotd_auto_is_ahead_of_every_seed_row_in_240_s() {
+    /// Issue 22's second bar, as its text gives it: "`pghot-sim --workload pointer-chase
+    /// --period auto --json` at its defaults (240 s): coverage >= 99 %, over-promotion <= 2 %,
+    /// latency below every seed row, `cpu_pct` <= 16" (16 % of a core: H5's kmigrated, "at
+    /// no more promoter CPU than the seed's H5"). The seed rows' latencies are those of
+    /// [`seed::POINTER_CHASE`], the series' pointer-chase table its module comment cites.
+    /// Returns what the run misses.
+    fn bar2_misses(r: &Report) -> Vec<String> {
+        const COVERAGE_PCT: f64 = 99.0;
+        const OVER_PCT: f64 = 2.0;
+        const CPU_PCT: f64 = 16.0;
+        let seed_latencies: Vec<f64> = seed::POINTER_CHASE
+            .iter()
+            .filter(|f| f.metric == seed::Metric::LatencyNs)
+            .map(|f| f.value)
+            .collect();
+        assert_eq!(seed_latencies.len(), 5, "B0, N2, D3, H10, H5");
+        let lowest = seed_latencies.iter().copied().fold(f64::INFINITY, f64::min);
+        let mut misses = Vec::new();
+        if r.coverage_pct < COVERAGE_PCT {
+            misses.push(format!("coverage {} % < {COVERAGE_PCT}", r.coverage_pct));
+        }
+        if r.over_promotion_pct > OVER_PCT {
+            misses.push(format!("over {} % > {OVER_PCT}", r.over_promotion_pct));
+        }
+        if r.latency_ns >= lowest {
+            misses.push(format!("latency {} ns >= {lowest}", r.latency_ns));
+        }
+        let cpu = r.cpu_pct.expect("pghotd's CPU");
+        if cpu > CPU_PCT {
+            misses.push(format!("cpu {cpu} % > {CPU_PCT}"));
+        }
+        misses
+    }
+
+    /// `pghot-sim --workload pointer-chase --period auto` with `policy`, at the simulator's
+    /// other defaults (1/64, seed 1, 240 s, the daemon's budget).
+    fn auto_at_cli_defaults(policy: impl Fn(PeriodSetting) -> PghotdPolicy) -> Report {
         let budget = f64::from(::pghotd::config::Config::default().ibs_cpu_budget_pct);
         let auto = PeriodSetting::Auto {
             cpu_budget_pct: budget,
         };
-        let r = run(&SimParams {
+        run(&SimParams {
             scale: 64.0,
             seed: 1,
-            ..params(Shape::PointerChase, pghotd(auto, 1, false), 240.0)
+            ..params(Shape::PointerChase, Policy::Pghotd(policy(auto)), 240.0)
+        })
+    }
+
+    /// Issue 22's second bar with the series' freq_threshold 1 (its H rows' setting) and
+    /// otherwise the defaults; the highest 10 s window stays under 16 % too.
+    #[test]
+    fn pghotd_auto_is_ahead_of_every_seed_row_in_240_s_at_threshold_1() {
+        let r = auto_at_cli_defaults(|period| PghotdPolicy {
+            freq_threshold: 1,
+            ..PghotdPolicy::sim_defaults(period)
         });
-        assert!(r.coverage_pct >= 99.0, "{}", r.coverage_pct);
-        assert!(r.over_promotion_pct <= 2.0, "{}", r.over_promotion_pct);
-        assert!(r.latency_ns < 92.0, "{}", r.latency_ns);
-        assert!(r.cpu_pct.unwrap() <= 16.0, "{:?}", r.cpu_pct);
+        assert_eq!(bar2_misses(&r), Vec::<String>::new());
         assert!(r.cpu_peak_pct.unwrap() <= 16.0, "{:?}", r.cpu_peak_pct);
+    }
+
+    /// Issue 22's second bar at the simulator's defaults (the daemon's freq_threshold 2). Not
+    /// met: 95.9 % covered in 240 s (over, latency and CPU are met); BENCHMARKS.md, issue 22's
+    /// section, has the figures and what would close it.
+    #[test]
+    #[ignore = "issue 22's bar 2 is not met at the defaults: 95.9 % covered (BENCHMARKS.md)"]
+    fn pghotd_auto_is_ahead_of_every_seed_row_in_240_s_at_the_defaults() {
+        let r = auto_at_cli_defaults(PghotdPolicy::sim_defaults);
+        assert_eq!(bar2_misses(&r), Vec::<String>::new());
+    }
+
+    /// At the defaults everything in bar 2 but coverage holds.
+    #[test]
+    fn at_the_defaults_only_coverage_misses_bar_2() {
+        let r = auto_at_cli_defaults(PghotdPolicy::sim_defaults);
+        let misses = bar2_misses(&r);
+        assert!(
+            misses.iter().all(|m| m.starts_with("coverage")),
+            "{misses:?}"
+        );
     }
 }
