@@ -159,7 +159,7 @@ source=$(sed -n 's/^sources\?: *//p' "$work/admin-status.out" | head -n 1)
 # The control that the log is seen at all: the workload, under the same profile, makes calls
 # pghotd does not (mbind, to place its buffer), so it must show there.
 pm run --rm --network none --security-opt seccomp="$work/seccomp/pghotd-log.json" "$app_image" \
-	--size-mb 8 --hot-mb 1 --node 2 --duration 1 > /dev/null 2>&1
+	--size-mb 8 --hot-mb 1 --node 2 --duration 1 --pattern hot-scattered > /dev/null 2>&1
 sleep 1
 # seccomp_log lines: audit records, in the kernel log (no audit daemon) and in journald.
 {
