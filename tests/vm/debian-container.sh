@@ -7,9 +7,9 @@
 #
 # With podman (Debian 12's 4.3, rootful) it builds pghotd's image and an app image (the static
 # pghot-workload as a user 1000 process whose buffer is placed on the slow node 2), then runs
-# the shipped pod manifests with `podman kube play`: the app and pghotd in one pid namespace
-# (shareProcessNamespace), pghotd's default scope, the manifests' capabilities and seccomp
-# annotation. One line per check, as the service checks print them:
+# the shipped pod manifests' pods (see play below): the app and pghotd in one pid namespace
+# (shareProcessNamespace), pghotd's default scope, the manifests' configs and capabilities.
+# One line per check, as the service checks print them:
 #   SERVICE-CHECK NAME true|false DETAIL...
 #   SERVICE-FIGURE NAME VALUE
 #   SERVICE-END
@@ -78,14 +78,31 @@ cp "$ctx/seccomp.json" "$work/seccomp/pghotd.json"
 # call (kernel/seccomp.c, seccomp_log) instead of failing it, so a run shows what is missing.
 sed 's/"defaultAction": *"SCMP_ACT_ERRNO"/"defaultAction": "SCMP_ACT_LOG"/' "$ctx/seccomp.json" > "$work/seccomp/pghotd-log.json"
 
-# play MANIFEST [ARGS...]: podman kube play without a network (the pod needs none).
+# play MANIFEST POD [PROFILE]: the manifest's pod with podman run: the app container, then
+# pghotd in the app's pid namespace (what shareProcessNamespace gives a pod) with the
+# manifest's ConfigMap as its config, its added capabilities (all others dropped), a read-only
+# root, no privilege escalation, /run/pghotd on a tmpfs (the emptyDir), DAMON's sysfs where the
+# manifest mounts it, and seccomp PROFILE (the runtime's default without one). podman kube
+# play would read the manifest itself, but in this guest its pods fail to start (crun:
+# mknod /dev/null: EPERM, in the pod's infra container) where plain containers run.
 play() {
-	local manifest=$1
-	shift
-	pm kube play --network none --seccomp-profile-root "$work/seccomp" "$@" "$manifest" > "$work/play.out" 2>&1 ||
+	local manifest=$1 pod=$2 profile=${3:-} caps c
+	local args=(--network none --pid "container:$pod-app" --cap-drop all --read-only
+		--security-opt no-new-privileges --tmpfs /run/pghotd -v "$work/$pod.conf:/etc/pghotd:ro")
+	mkdir -p "$work/$pod.conf"
+	# The ConfigMap's pghotd.toml: the lines after `pghotd.toml: |`, four spaces deeper.
+	sed -n '/pghotd.toml: |/,/^---/{/pghotd.toml: |/d;/^---/d;s/^    //p}' "$manifest" > "$work/$pod.conf/pghotd.toml"
+	caps=$(sed -n 's/.*add: \[\(.*\)\].*/\1/p' "$manifest" | tr -d '" ' | tr ',' ' ')
+	for c in $caps; do args+=(--cap-add "$c"); done
+	! grep -q 'mountPath: /sys/kernel/mm/damon' "$manifest" || args+=(-v /sys/kernel/mm/damon:/sys/kernel/mm/damon)
+	[ -z "$profile" ] || args+=(--security-opt "seccomp=$work/seccomp/$profile")
+	info "$pod: $manifest: caps ${caps:-none}, seccomp ${profile:-runtime default}"
+	pm run -d --name "$pod-app" --network none "$app_image" > /dev/null 2> "$work/play.out" &&
+		pm run -d --name "$pod-pghotd" "${args[@]}" "$pghotd_image" --config /etc/pghotd/pghotd.toml \
+			> /dev/null 2>> "$work/play.out" ||
 		sed 's/^/rig: play: /' "$work/play.out"
 }
-down() { pm kube down "$1" > /dev/null 2>&1; }
+down() { pm rm -f -t 0 "$1-pghotd" "$1-app" > /dev/null 2>&1; }
 # status_of CONTAINER FIELD: a field of its main process's /proc/PID/status.
 status_of() {
 	local pid
@@ -111,9 +128,8 @@ stat_of() { awk -v n="$2" '$1 == n { print $2 }' "$work/$1.stats" 2>/dev/null; }
 # --- the runtime's default seccomp profile refuses move_pages --------------------------------
 # The least-privilege manifest without its seccomp annotation: podman's default profile. pghotd
 # must stop at once with exit 3 and say what to do, not run without moving anything.
-sed '/seccomp.security.alpha.kubernetes.io/d' "$ctx/sidecar-least-privilege.yaml" > "$work/lp-default.yaml"
-play "$work/lp-default.yaml"
 pod=app-with-pghotd-lp
+play "$ctx/sidecar-least-privilege.yaml" "$pod"
 wait_for 60 sh -c "[ \"\$(podman inspect -f '{{.State.Running}}' $pod-pghotd)\" = false ]"
 code=$(pm inspect -f '{{.State.ExitCode}}' "$pod-pghotd" 2>/dev/null)
 pm logs "$pod-pghotd" > "$work/lp-default.log" 2>&1
@@ -121,11 +137,11 @@ said=$(grep -c 'seccomp' "$work/lp-default.log")
 ok=1
 [ "$code" = 3 ] && [ "$said" -ge 1 ] && ok=0
 check runtime_default_refused "$ok" "exit_code=${code:-none} log: $(grep -m1 'move_pages' "$work/lp-default.log" | cut -c1-240)"
-down "$work/lp-default.yaml"
+down "$pod"
 
 # --- least privilege: soft-dirty, CAP_SYS_PTRACE + CAP_DAC_OVERRIDE, pghotd.json -------------
 t0=$(now)
-play "$ctx/sidecar-least-privilege.yaml"
+play "$ctx/sidecar-least-privilege.yaml" "$pod" pghotd.json
 wait_for 30 sh -c "podman exec $pod-pghotd /usr/bin/pghotctl status"
 seccomp=$(status_of "$pod-pghotd" Seccomp)
 capeff=$(status_of "$pod-pghotd" CapEff)
@@ -141,15 +157,14 @@ ok=1
 check least_privilege_promotes "$ok" "seccomp=${seccomp:-?} cap_eff=${capeff:-?} app_uid=$(echo "$app_uid" | cut -f1) hot_fast_pct=${hot:--} cold_fast_mb=${cold:--} pgpromote_success=${promoted:--} softdirty_denied=${denied:--}"
 figure least_privilege_hot_fast_pct "${hot:--}"
 figure least_privilege_s "$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')"
-down "$ctx/sidecar-least-privilege.yaml"
+down "$pod"
 
 # --- CAP_SYS_ADMIN, auto source, every call the profile does not allow logged ---------------
 # sidecar.yaml as shipped, with pghotd-log.json: whatever source auto picks here, a system
 # call pghotd makes that pghotd.json would refuse shows in the kernel's audit log.
-sed 's|localhost/pghotd.json|localhost/pghotd-log.json|' "$ctx/sidecar.yaml" > "$work/sidecar-log.yaml"
 since=$(date '+%Y-%m-%d %H:%M:%S')
-play "$work/sidecar-log.yaml"
 pod=app-with-pghotd
+play "$ctx/sidecar.yaml" "$pod" pghotd-log.json
 wait_for 30 sh -c "podman exec $pod-pghotd /usr/bin/pghotctl status"
 pm exec "$pod-pghotd" /usr/bin/pghotctl status > "$work/admin-status.out" 2>&1
 run_app_with "$pod"
@@ -173,6 +188,6 @@ ok=1
 [ "${promoted:-0}" -gt 0 ] && [ "$control" -gt 0 ] && [ ! -s "$work/seccomp-log.txt" ] && ok=0
 check sys_admin_profile_complete "$ok" "source=${source:-?} hot_fast_pct=${hot:--} pgpromote_success=${promoted:--} calls_outside_profile=${calls:-none} control_lines=$control"
 figure sys_admin_hot_fast_pct "${hot:--}"
-down "$work/sidecar-log.yaml"
+down "$pod"
 
 echo SERVICE-END

@@ -27,8 +27,8 @@ usage: tests/vm/rig.sh --guest debian [OPTIONS] service
   service               install the .deb in the guest and check pghotd as a systemd service
   container             build pghotd's image with podman (packaging/container/
                         Containerfile.prebuilt) and run it as the sidecar of a program in
-                        another container, from packaging/kubernetes/*.yaml (podman kube
-                        play): one boolean per check, CONTAINER {json}
+                        another container, as packaging/kubernetes/sidecar*.yaml set it up:
+                        one boolean per check, CONTAINER {json}
   exec                  run the script given by --exec in the guest (as root, once
                         multi-user.target is reached), its output on stderr: for investigating
   --app APP SCENARIO... a packaged program under each promoter, the slow node made slow by the
