@@ -257,7 +257,8 @@ struct OpenedSources {
 /// Opens every source before any thread starts, so a bad path fails the start cleanly.
 fn open_sources(config: &Config, tracker: &ScopeTracker) -> Result<OpenedSources, DaemonError> {
     let mut open_ctx = config.open_context();
-    if tracker.selector().follows() {
+    let ns = crate::scope::own_pid_namespace_link();
+    if tracker.selector().followable(ns.as_deref()) {
         open_ctx.followed_scope = Some(Arc::clone(tracker.scope()));
     }
     // `ibs.period = "auto"`: the IBS samplers start at the controller's period and follow it.

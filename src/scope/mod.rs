@@ -36,6 +36,27 @@ pub use proc::{Identity, ProcFs};
 
 use crate::stop::StopToken;
 
+/// `PROC_PID_INIT_INO` (include/linux/proc_ns.h): the inode number every kernel gives the
+/// initial pid namespace, as `readlink /proc/self/ns/pid` shows it (`pid:[4026531836]`).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+
+/// Whether `link`, the target of `/proc/self/ns/pid`, names the initial pid namespace. A link
+/// that does not parse counts as the initial one: the safe reading for a scope of "every
+/// process".
+pub fn is_initial_pid_namespace(link: &str) -> bool {
+    link.strip_prefix("pid:[")
+        .and_then(|rest| rest.strip_suffix(']'))
+        .and_then(|ino| ino.parse::<u64>().ok())
+        .is_none_or(|ino| ino == PROC_PID_INIT_INO)
+}
+
+/// The target of `/proc/self/ns/pid`, or `None` where it cannot be read.
+pub fn own_pid_namespace_link() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
 /// Pids are below 2^22 (Linux's PID_MAX_LIMIT); the hotness key has the same bound.
 pub const PID_LIMIT: u32 = 1 << 22;
 
@@ -62,6 +83,16 @@ impl ScopeSelector {
     /// with a matching name), so a source that watches processes must re-read the scope.
     pub fn follows(&self) -> bool {
         !self.cgroups.is_empty() || self.comm.is_some()
+    }
+
+    /// Whether a source that watches processes (soft-dirty) may follow this selection: a
+    /// selection that [`follows`](Self::follows), or every process where "every" is a
+    /// container's: in a pid namespace other than the initial one pghotd sees only that
+    /// namespace's processes (a pod's, with shareProcessNamespace), not the machine's.
+    pub fn followable(&self, pid_namespace_link: Option<&str>) -> bool {
+        self.follows()
+            || (self.is_everything()
+                && pid_namespace_link.is_some_and(|l| !is_initial_pid_namespace(l)))
     }
 
     /// One line for logs and status.
@@ -485,6 +516,28 @@ mod tests {
         assert!(!bits.contains(64) && bits.contains(63));
         bits.set(PID_LIMIT, true);
         assert!(!bits.contains(PID_LIMIT));
+    }
+
+    #[test]
+    fn every_process_is_followable_only_in_a_pid_namespace_of_its_own() {
+        let every = ScopeSelector::default();
+        // 0xEFFFFFFC, PROC_PID_INIT_INO, written out in decimal by hand.
+        assert!(is_initial_pid_namespace("pid:[4026531836]"));
+        assert!(!every.followable(Some("pid:[4026531836]")));
+        assert!(every.followable(Some("pid:[4026532310]")));
+        // Unreadable or odd: treated as the whole machine.
+        assert!(!every.followable(None));
+        assert!(!every.followable(Some("pid:[x]")));
+        let comm = ScopeSelector {
+            comm: Some(Regex::new("^redis").unwrap()),
+            ..ScopeSelector::default()
+        };
+        assert!(comm.followable(Some("pid:[4026531836]")));
+        let pids = ScopeSelector {
+            pids: vec![7],
+            ..ScopeSelector::default()
+        };
+        assert!(!pids.followable(Some("pid:[4026532310]")));
     }
 
     #[test]

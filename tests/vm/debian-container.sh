@@ -76,7 +76,9 @@ mkdir -p "$work/seccomp"
 cp "$ctx/seccomp.json" "$work/seccomp/pghotd.json"
 # The same profile with SCMP_ACT_LOG for what it does not allow: the kernel logs each such
 # call (kernel/seccomp.c, seccomp_log) instead of failing it, so a run shows what is missing.
-sed 's/"defaultAction": *"SCMP_ACT_ERRNO"/"defaultAction": "SCMP_ACT_LOG"/' "$ctx/seccomp.json" > "$work/seccomp/pghotd-log.json"
+# (An errno goes only with SCMP_ACT_ERRNO: crun refuses the profile otherwise.)
+sed -e 's/"defaultAction": *"SCMP_ACT_ERRNO"/"defaultAction": "SCMP_ACT_LOG"/' -e '/"defaultErrnoRet"/d' \
+	"$ctx/seccomp.json" > "$work/seccomp/pghotd-log.json"
 
 # play MANIFEST POD [PROFILE]: the manifest's pod with podman run: the app container, then
 # pghotd in the app's pid namespace (what shareProcessNamespace gives a pod) with the
@@ -106,7 +108,10 @@ play() {
 			> /dev/null 2>> "$work/play.out" ||
 		sed 's/^/rig: play: /' "$work/play.out"
 }
-down() { pm rm -f -t 0 "$1-pghotd" "$1-app" > /dev/null 2>&1; }
+down() {
+	pm rm -f "$1-pghotd" > /dev/null 2>&1
+	pm rm -f "$1-app" > /dev/null 2>&1
+}
 # status_of CONTAINER FIELD: a field of its main process's /proc/PID/status.
 status_of() {
 	local pid
