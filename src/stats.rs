@@ -484,6 +484,12 @@ counters! {
     DamonSnapshots => "damon_snapshots" as Metric::count("source_snapshots").of_source(SourceKind::Damon),
     /// Accessed regions read from DAMON's snapshots.
     DamonRegionsSeen => "damon_regions_seen" as Metric::count("source_regions_seen").of_source(SourceKind::Damon),
+    /// Regions of DAMON's snapshots in which an access was seen (`nr_accesses` above 0).
+    DamonAccessedRegions => "damon_accessed_regions" as Metric::count("source_accessed_regions").of_source(SourceKind::Damon),
+    /// The pages those regions span: divided by `damon_accessed_regions`, how coarse DAMON's
+    /// view of the hot memory is. Every page of an accessed region gets the same credit, so
+    /// hot pages scattered inside a large region cannot be told from its cold ones.
+    DamonAccessedRegionPages => "damon_accessed_region_pages" as Metric::count("source_accessed_region_pages").of_source(SourceKind::Damon),
     /// Page credits not emitted because a snapshot hit `damon_max_samples`.
     DamonCreditsCapped => "damon_credits_capped" as Metric::count("source_capped_credits").of_source(SourceKind::Damon),
     /// DAMON requests (snapshot, restart) that failed while the managed pids still ran and

@@ -101,6 +101,35 @@ pub fn expected_credits(regions: &[Region], max_nr: u32) -> f64 {
         .sum()
 }
 
+/// An accessed region this many pages long (2 MiB) or more on average is too coarse to place
+/// scattered hot pages: logged once (see [`coarse_regions_note`]).
+pub const COARSE_REGION_PAGES: u64 = 512;
+
+/// The regions with an access seen (`nr_accesses` above 0), and the pages they span.
+pub fn accessed_extent<'a>(regions: impl IntoIterator<Item = &'a Region>) -> (u64, u64) {
+    regions
+        .into_iter()
+        .filter(|r| r.nr_accesses > 0)
+        .fold((0, 0), |(n, pages), r| (n + 1, pages + region_pages(r)))
+}
+
+/// What pghotd says, once, when DAMON's accessed regions average [`COARSE_REGION_PAGES`] or
+/// more: its credit cannot place hot pages scattered inside them, it spreads over the whole
+/// region (issue 19: say so rather than promote whole regions silently).
+pub fn coarse_regions_note(accessed: u64, pages: u64) -> Option<String> {
+    let mean = pages.checked_div(accessed)?;
+    (mean >= COARSE_REGION_PAGES).then(|| {
+        format!(
+            "damon: the {accessed} accessed regions average {mean} pages ({} KiB): DAMON sees \
+             no finer, so every page of a hot region gets the same credit and hot pages \
+             scattered among cold ones are promoted with them (damon_accessed_region_pages / \
+             damon_accessed_regions in pghotctl stats; softdirty, or a PMU source, places \
+             written or sampled pages one by one)",
+            mean * PAGE_SIZE / 1024
+        )
+    })
+}
+
 fn region_pages(r: &Region) -> u64 {
     r.end.div_ceil(PAGE_SIZE) - r.start / PAGE_SIZE
 }
@@ -469,6 +498,8 @@ struct Snapshots {
     /// Credits the regions would get before the cap.
     total: f64,
     taken: u64,
+    /// Whether the coarse-regions note was logged.
+    coarse_said: bool,
 }
 
 impl Snapshots {
@@ -481,6 +512,7 @@ impl Snapshots {
             pages: Vec::with_capacity(cap),
             total: 0.0,
             taken: 0,
+            coarse_said: false,
         }
     }
 
@@ -501,6 +533,15 @@ impl Snapshots {
         sink.count(Counter::DamonSnapshots, 1);
         let seen = self.regions.iter().map(Vec::len).sum::<usize>();
         sink.count(Counter::DamonRegionsSeen, seen as u64);
+        let (accessed, pages) = accessed_extent(self.regions.iter().flatten());
+        sink.count(Counter::DamonAccessedRegions, accessed);
+        sink.count(Counter::DamonAccessedRegionPages, pages);
+        if !self.coarse_said
+            && let Some(note) = coarse_regions_note(accessed, pages)
+        {
+            tracing::info!("{note}");
+            self.coarse_said = true;
+        }
         Ok(())
     }
 
@@ -679,6 +720,28 @@ mod tests {
             .collect();
         assert_eq!(out, want);
         assert_eq!(expected_credits(&regions, 20), 72.0);
+    }
+
+    #[test]
+    fn coarse_accessed_regions_are_measured_and_said_once_they_average_2_mib() {
+        let region = |start: u64, pages: u64, nr_accesses| Region {
+            start,
+            end: start + pages * 4096,
+            nr_accesses,
+        };
+        // Two accessed regions of 256 and 1024 pages (1280 pages, 640 on average) and an idle
+        // one of 4096 pages that does not count.
+        let regions = [
+            region(0x1000_0000, 256, 3),
+            region(0x2000_0000, 4096, 0),
+            region(0x3000_0000, 1024, 20),
+        ];
+        assert_eq!(accessed_extent(&regions), (2, 1280));
+        let note = coarse_regions_note(2, 1280).unwrap();
+        assert!(note.contains("average 640 pages (2560 KiB)"), "{note}");
+        // 511 pages on average is fine-grained enough; no accessed region says nothing.
+        assert_eq!(coarse_regions_note(2, 1022), None);
+        assert_eq!(coarse_regions_note(0, 0), None);
     }
 
     #[test]
