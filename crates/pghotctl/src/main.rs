@@ -247,12 +247,35 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
 }
 
 fn status(cli: &Cli) -> anyhow::Result<()> {
-    let v = Client::connect(&cli.socket)?.request(&Request::Status)?;
+    let mut client = Client::connect(&cli.socket)?;
+    let v = client.request(&Request::Status)?;
     if cli.json {
         return print_json(&v);
     }
     let s: StatusReport = serde_json::from_value(v)?;
-    print_status(&s)
+    print_status(&s)?;
+    let snap: Snapshot = client.call(&Request::Stats)?;
+    let regions = snap.counter("damon_accessed_regions");
+    if let Some(line) = damon_granularity(regions, snap.counter("damon_accessed_region_pages")) {
+        writeln!(std::io::stdout().lock(), "{line}")?;
+    }
+    Ok(())
+}
+
+/// How coarse the damon source's view is, once it has seen an accessed region: the mean
+/// accessed region (`damon_accessed_region_pages / damon_accessed_regions`, since start). Every
+/// page of a region gets the same credit, so this is the finest pghotd can place with DAMON.
+fn damon_granularity(regions: u64, pages: u64) -> Option<String> {
+    let mean = pages.checked_div(regions)?;
+    let coarse = if mean >= 512 {
+        ": hot pages scattered inside one are promoted with its cold ones"
+    } else {
+        ""
+    };
+    Some(format!(
+        "damon regions: {regions} accessed, {mean} pages ({} KiB) each on average{coarse}",
+        mean * 4
+    ))
 }
 
 fn top(cli: &Cli, interval: f64, once: bool, pid: Option<u32>) -> anyhow::Result<()> {
@@ -640,5 +663,27 @@ impl crate::view::term::Daemon for LiveDaemon {
             &Request::Resume
         })?;
         Ok(v["paused"].as_bool().unwrap_or(paused))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::damon_granularity;
+
+    #[test]
+    fn status_says_how_coarse_damon_regions_are() {
+        // No accessed region yet (or no damon source): nothing to say.
+        assert_eq!(damon_granularity(0, 0), None);
+        // 3 regions over 300 pages: 100 pages, 400 KiB, fine enough.
+        assert_eq!(
+            damon_granularity(3, 300).unwrap(),
+            "damon regions: 3 accessed, 100 pages (400 KiB) each on average"
+        );
+        // 2 regions over 1280 pages: 640 pages, 2560 KiB, past 2 MiB.
+        assert!(
+            damon_granularity(2, 1280)
+                .unwrap()
+                .ends_with("640 pages (2560 KiB) each on average: hot pages scattered inside one are promoted with its cold ones")
+        );
     }
 }
