@@ -101,9 +101,9 @@ pub fn expected_credits(regions: &[Region], max_nr: u32) -> f64 {
         .sum()
 }
 
-/// An accessed region this many pages long (2 MiB) or more on average is too coarse to place
-/// scattered hot pages: logged once (see [`coarse_regions_note`]).
-pub const COARSE_REGION_PAGES: u64 = 512;
+/// Snapshots after which DAMON's regions have formed (it starts from `min_regions` and splits
+/// and merges every aggregation): when pghotd says how coarse they are.
+pub const SETTLED_SNAPSHOTS: u64 = 10;
 
 /// The regions with an access seen (`nr_accesses` above 0), and the pages they span.
 pub fn accessed_extent<'a>(regions: impl IntoIterator<Item = &'a Region>) -> (u64, u64) {
@@ -113,21 +113,18 @@ pub fn accessed_extent<'a>(regions: impl IntoIterator<Item = &'a Region>) -> (u6
         .fold((0, 0), |(n, pages), r| (n + 1, pages + region_pages(r)))
 }
 
-/// What pghotd says, once, when DAMON's accessed regions average [`COARSE_REGION_PAGES`] or
-/// more: its credit cannot place hot pages scattered inside them, it spreads over the whole
-/// region (issue 19: say so rather than promote whole regions silently).
+/// What pghotd says once DAMON's regions have settled: the mean accessed region, the finest
+/// the damon source can place, since every page of a region gets the same credit (issue 19:
+/// say so rather than promote whole regions silently). `None` before any accessed region.
 pub fn coarse_regions_note(accessed: u64, pages: u64) -> Option<String> {
     let mean = pages.checked_div(accessed)?;
-    (mean >= COARSE_REGION_PAGES).then(|| {
-        format!(
-            "damon: the {accessed} accessed regions average {mean} pages ({} KiB): DAMON sees \
-             no finer, so every page of a hot region gets the same credit and hot pages \
-             scattered among cold ones are promoted with them (damon_accessed_region_pages / \
-             damon_accessed_regions in pghotctl stats; softdirty, or a PMU source, places \
-             written or sampled pages one by one)",
-            mean * PAGE_SIZE / 1024
-        )
-    })
+    Some(format!(
+        "damon: the accessed regions average {mean} pages ({} KiB): every page of a region \
+         gets the same credit, so hot pages scattered among cold ones within that are \
+         promoted with them (softdirty, or a PMU source, places written or sampled pages one \
+         by one); pghotctl status keeps the figure",
+        mean * PAGE_SIZE / 1024
+    ))
 }
 
 fn region_pages(r: &Region) -> u64 {
@@ -498,8 +495,8 @@ struct Snapshots {
     /// Credits the regions would get before the cap.
     total: f64,
     taken: u64,
-    /// Whether the coarse-regions note was logged.
-    coarse_said: bool,
+    /// Accessed regions, and their pages, over the snapshots until the note is logged.
+    accessed: (u64, u64),
 }
 
 impl Snapshots {
@@ -512,7 +509,7 @@ impl Snapshots {
             pages: Vec::with_capacity(cap),
             total: 0.0,
             taken: 0,
-            coarse_said: false,
+            accessed: (0, 0),
         }
     }
 
@@ -536,11 +533,13 @@ impl Snapshots {
         let (accessed, pages) = accessed_extent(self.regions.iter().flatten());
         sink.count(Counter::DamonAccessedRegions, accessed);
         sink.count(Counter::DamonAccessedRegionPages, pages);
-        if !self.coarse_said
-            && let Some(note) = coarse_regions_note(accessed, pages)
-        {
-            tracing::info!("{note}");
-            self.coarse_said = true;
+        if self.taken <= SETTLED_SNAPSHOTS {
+            self.accessed = (self.accessed.0 + accessed, self.accessed.1 + pages);
+            if self.taken == SETTLED_SNAPSHOTS
+                && let Some(note) = coarse_regions_note(self.accessed.0, self.accessed.1)
+            {
+                tracing::info!("{note}");
+            }
         }
         Ok(())
     }
@@ -723,7 +722,7 @@ mod tests {
     }
 
     #[test]
-    fn coarse_accessed_regions_are_measured_and_said_once_they_average_2_mib() {
+    fn accessed_regions_are_measured_and_their_mean_said() {
         let region = |start: u64, pages: u64, nr_accesses| Region {
             start,
             end: start + pages * 4096,
@@ -739,8 +738,7 @@ mod tests {
         assert_eq!(accessed_extent(&regions), (2, 1280));
         let note = coarse_regions_note(2, 1280).unwrap();
         assert!(note.contains("average 640 pages (2560 KiB)"), "{note}");
-        // 511 pages on average is fine-grained enough; no accessed region says nothing.
-        assert_eq!(coarse_regions_note(2, 1022), None);
+        // No accessed region: nothing to say.
         assert_eq!(coarse_regions_note(0, 0), None);
     }
 
