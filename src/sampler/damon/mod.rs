@@ -652,6 +652,23 @@ mod tests {
     }
 
     #[test]
+    fn every_snapshot_counts_its_accessed_regions_and_their_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut source = source_on_fixture(dir.path());
+        let sink = Collector::default();
+        run_until(&mut source, &sink, 3).unwrap();
+        let got = sink.take();
+        let snapshots = got.count_of(Counter::DamonSnapshots);
+        assert!(snapshots >= 3);
+        // The fixture's one region, 0x10000..0x20000 with nr_accesses 20: 16 pages, accessed.
+        assert_eq!(got.count_of(Counter::DamonAccessedRegions), snapshots);
+        assert_eq!(
+            got.count_of(Counter::DamonAccessedRegionPages),
+            16 * snapshots
+        );
+    }
+
+    #[test]
     fn a_kdamond_that_stops_while_its_pids_run_is_restarted() {
         let dir = tempfile::tempdir().unwrap();
         let sysfs = dir.path();
