@@ -118,8 +118,6 @@ status_of() {
 	pid=$(pm inspect -f '{{.State.Pid}}' "$1" 2>/dev/null)
 	[ -n "$pid" ] && [ "$pid" != 0 ] && awk -v f="$2:" '$1 == f { print $2 }' "/proc/$pid/status"
 }
-# counter CONTAINER NAME: one counter of the pghotd in that container, or empty.
-counter() { pm exec "$1" /usr/bin/pghotctl stats 2>/dev/null | awk -v n="$2" '$1 == n { print $2 }'; }
 # run_app_with POD: waits for the app to end while pghotd works, keeping pghotd's last
 # counters in $work/POD.stats; the app's output lands in $work/POD.app.
 run_app_with() {

@@ -254,10 +254,14 @@ fn status(cli: &Cli) -> anyhow::Result<()> {
     }
     let s: StatusReport = serde_json::from_value(v)?;
     print_status(&s)?;
-    let snap: Snapshot = client.call(&Request::Stats)?;
-    let regions = snap.counter("damon_accessed_regions");
-    if let Some(line) = damon_granularity(regions, snap.counter("damon_accessed_region_pages")) {
-        writeln!(std::io::stdout().lock(), "{line}")?;
+    // The damon figure is an extra: a daemon that cannot answer `stats` still had its status
+    // shown, and the command succeeds on that.
+    if let Ok(snap) = client.call::<Snapshot>(&Request::Stats) {
+        let regions = snap.counter("damon_accessed_regions");
+        let pages = snap.counter("damon_accessed_region_pages");
+        if let Some(line) = damon_granularity(regions, pages) {
+            writeln!(std::io::stdout().lock(), "{line}")?;
+        }
     }
     Ok(())
 }
@@ -270,7 +274,7 @@ fn damon_granularity(regions: u64, pages: u64) -> Option<String> {
     Some(format!(
         "damon regions: {regions} accessed, {mean} pages ({} KiB) each on average: the finest \
          it places (hot pages scattered within that go with their cold neighbours)",
-        mean * 4
+        mean * pghotd::hotness::PAGE_SIZE / 1024
     ))
 }
 

@@ -102,7 +102,7 @@ pub fn expected_credits(regions: &[Region], max_nr: u32) -> f64 {
 }
 
 /// Snapshots after which DAMON's regions have formed (it starts from `min_regions` and splits
-/// and merges every aggregation): when pghotd says how coarse they are.
+/// and merges every aggregation): when pghotd says how large they are ([`region_size_note`]).
 pub const SETTLED_SNAPSHOTS: u64 = 10;
 
 /// The regions with an access seen (`nr_accesses` above 0), and the pages they span.
@@ -116,7 +116,7 @@ pub fn accessed_extent<'a>(regions: impl IntoIterator<Item = &'a Region>) -> (u6
 /// What pghotd says once DAMON's regions have settled: the mean accessed region, the finest
 /// the damon source can place, since every page of a region gets the same credit (issue 19:
 /// say so rather than promote whole regions silently). `None` before any accessed region.
-pub fn coarse_regions_note(accessed: u64, pages: u64) -> Option<String> {
+pub fn region_size_note(accessed: u64, pages: u64) -> Option<String> {
     let mean = pages.checked_div(accessed)?;
     Some(format!(
         "damon: the accessed regions average {mean} pages ({} KiB): every page of a region \
@@ -536,7 +536,7 @@ impl Snapshots {
         if self.taken <= SETTLED_SNAPSHOTS {
             self.accessed = (self.accessed.0 + accessed, self.accessed.1 + pages);
             if self.taken == SETTLED_SNAPSHOTS
-                && let Some(note) = coarse_regions_note(self.accessed.0, self.accessed.1)
+                && let Some(note) = region_size_note(self.accessed.0, self.accessed.1)
             {
                 tracing::info!("{note}");
             }
@@ -753,10 +753,10 @@ mod tests {
             region(0x3000_0000, 1024, 20),
         ];
         assert_eq!(accessed_extent(&regions), (2, 1280));
-        let note = coarse_regions_note(2, 1280).unwrap();
+        let note = region_size_note(2, 1280).unwrap();
         assert!(note.contains("average 640 pages (2560 KiB)"), "{note}");
         // No accessed region: nothing to say.
-        assert_eq!(coarse_regions_note(0, 0), None);
+        assert_eq!(region_size_note(0, 0), None);
     }
 
     #[test]
