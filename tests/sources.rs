@@ -340,3 +340,60 @@ fn damon_runs_or_refuses_and_never_touches_other_kdamonds() {
         ),
     }
 }
+
+/// A copy of the captured 3-node sysfs tree with DAMON's admin directory added, root's files at
+/// the kernel's modes (mm/damon/sysfs.c's attributes are 0600, its directories 0755), every
+/// directory on the way searchable by anyone.
+fn sysfs_with_damon(dir: &Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let root = dir.join("sysfs");
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(util::qemu_3node())
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let kdamonds = root.join("kernel/mm/damon/admin/kdamonds");
+    std::fs::create_dir_all(&kdamonds).unwrap();
+    let nr = kdamonds.join("nr_kdamonds");
+    std::fs::write(&nr, "0\n").unwrap();
+    std::fs::set_permissions(&nr, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let status = Command::new("chmod")
+        .args(["-R", "a+rX"])
+        .arg(dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::set_permissions(&nr, std::fs::Permissions::from_mode(0o600)).unwrap();
+    nr
+}
+
+#[test]
+fn damon_that_pghotd_may_not_write_is_refused_at_the_open_and_auto_passes_it_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let nr = sysfs_with_damon(dir.path());
+    let sysfs = dir.path().join("sysfs");
+    // nobody, with no capability, cannot write root's 0600 attribute: DAMON is unusable, and
+    // saying so at the open lets `auto` go on to the next source rather than fail once running.
+    let pid = std::process::id().to_string();
+    for (source, code) in [("damon", Some(2)), ("auto", None)] {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_pghotd"))
+            .args(["--source", source, "--pid", &pid, "--dry-run", "--log", "debug"])
+            .args(["--duration", "0.5", "--sysfs-root"])
+            .arg(&sysfs)
+            .arg("--socket")
+            .arg(dir.path().join(format!("{source}.sock")));
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let why = format!("{} is not writable (Permission denied", nr.display());
+        assert!(err.contains(&why), "{source}: {err}");
+        if let Some(code) = code {
+            assert_eq!(out.status.code(), Some(code), "{source}: {err}");
+        } else {
+            assert!(!err.contains("source auto chose damon"), "{err}");
+        }
+    }
+}

@@ -98,16 +98,51 @@ wait_pid_exit() {
 # pghotd_sub (the subshell, whose `times` is pghotd's CPU) and pghotd_pid.
 pghotd_start() {
 	[ -z "$RIG_RATE_LIMIT_MBPS" ] || set -- "$@" --promote-rate-limit-MBps "$RIG_RATE_LIMIT_MBPS"
+	# `default`: pghotd's own threshold.
+	[ "$RIG_FREQ_THRESHOLD" = default ] || set -- "$@" --freq-threshold "$RIG_FREQ_THRESHOLD"
 	# shellcheck disable=SC2086
 	(
-		/bin/pghotd "$@" --freq-threshold "$RIG_FREQ_THRESHOLD" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
+		/bin/pghotd "$@" --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS > /tmp/pghotd.log 2>&1
 		echo $? > /tmp/pghotd.rc
 		times > /tmp/pghotd.times
 	) &
 	pghotd_sub=$!
 	sleep 0.2
 	pghotd_pid=$(pidof pghotd)
-	info "pghotd pid ${pghotd_pid:--}: pghotd $* --freq-threshold $RIG_FREQ_THRESHOLD --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
+	info "pghotd pid ${pghotd_pid:--}: pghotd $* --stats-json /tmp/pghotd.json $RIG_PGHOTD_ARGS"
+}
+# start_watcher: pghotd --source softdirty|damon on the workload (pid or scope). pghotd ends by
+# itself when the workload exits, unless it follows a scope (an empty one may fill again): then
+# it runs for the workload's duration.
+start_watcher() {
+	if [ "$RIG_SCOPE" != pid ]; then
+		pghotd_start --source "${scenario#pghotd-}" --comm '^pghot-workload$' --duration "$RIG_DURATION"
+		if [ "$RIG_SCOPE" = churn ]; then
+			# A second process in scope for 3 s (its output is not the run's): pghotd must take
+			# it in and let it go, and keep following the first.
+			(
+				sleep 2
+				info "churn: a second pghot-workload joins the scope for 3 s"
+				/bin/pghot-workload --size-mb 16 --hot-mb 4 --pattern hot-scattered --node "$RIG_NODE" --duration 3 > /dev/null 2>&1
+				info "churn: the second pghot-workload left the scope (exit $?)"
+			) &
+		fi
+	else
+		pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
+	fi
+	if [ "$scenario" = pghotd-damon ]; then
+		# pghotd's kdamond is a kernel thread: its CPU is not in pghotd's times, and it is gone
+		# once pghotd turns it off, so sample it while it runs.
+		(
+			while alive "$pghotd_sub"; do
+				for k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+					p=$(cat "$k/pid" 2>/dev/null)
+					[ -n "$p" ] && [ "$p" -gt 0 ] 2>/dev/null && stat_cpu "$p" > /tmp/kdamond.cpu.new && mv /tmp/kdamond.cpu.new /tmp/kdamond.cpu
+				done
+				sleep 0.25
+			done
+		) &
+	fi
 }
 # pghotd_report: the tail of pghotd's log and its --stats-json, for the host.
 pghotd_report() {
@@ -249,6 +284,7 @@ RIG_THREADS=1
 RIG_REPORT_MS=250
 RIG_SAMPLE_PERIOD=100
 RIG_FREQ_THRESHOLD=2
+RIG_START=placed
 RIG_RATE_LIMIT_MBPS=
 RIG_DAMON_QUOTA_MB=128
 RIG_DAMON_MAX_REGIONS=1000
@@ -271,7 +307,7 @@ for arg in $cmdline; do
 done
 
 echo
-echo "PGHOT-RIG-BEGIN scenario=${scenario:-none} kernel=$(uname -r) duration_s=$RIG_DURATION pattern=$RIG_PATTERN size_mb=$RIG_SIZE_MB hot_mb=$RIG_HOT_MB node=$RIG_NODE tlb_flush_ms=$RIG_TLB_FLUSH_MS boot_s=$t_init"
+echo "PGHOT-RIG-BEGIN scenario=${scenario:-none} kernel=$(uname -r) duration_s=$RIG_DURATION pattern=$RIG_PATTERN threads=$RIG_THREADS start=$RIG_START freq_threshold=$RIG_FREQ_THRESHOLD size_mb=$RIG_SIZE_MB hot_mb=$RIG_HOT_MB node=$RIG_NODE tlb_flush_ms=$RIG_TLB_FLUSH_MS boot_s=$t_init"
 tiers=
 for t in /sys/devices/virtual/memory_tiering/memory_tier*; do
 	[ -r "$t/nodelist" ] && tiers="$tiers ${t##*/}=$(cat "$t/nodelist")"
@@ -389,6 +425,11 @@ pghotd-thp-split)
 	# The trace's "# sample_period N" line gives admission the period.
 	pghotd_start --source trace:/tmp/samples.fifo --pid "$wl_pid" --split-thp
 	;;
+pghotd-softdirty | pghotd-damon)
+	# RIG_START=with: pghotd starts with the workload, before its buffer is placed, as a
+	# service would already be running when a program starts.
+	[ "$RIG_START" != with ] || start_watcher
+	;;
 esac
 
 # Wait for the buffer to be placed (the first report line). Without pghotd reading the FIFO
@@ -408,39 +449,12 @@ kdamond_pid=
 case $scenario in
 damon) damon_on ;;
 pghotd-softdirty | pghotd-damon)
-	# Started after the placement, which writes every page: pghotd must see the workload's
-	# accesses, not its first touch. pghotd ends by itself when the workload exits, unless it
-	# follows a scope (an empty one may fill again): then it runs for the workload's duration.
-	if [ "$RIG_SCOPE" != pid ]; then
-		pghotd_start --source "${scenario#pghotd-}" --comm '^pghot-workload$' --duration "$RIG_DURATION"
-		if [ "$RIG_SCOPE" = churn ]; then
-			# A second process in scope for 3 s (its output is not the run's): pghotd must take
-			# it in and let it go, and keep following the first.
-			(
-				sleep 2
-				info "churn: a second pghot-workload joins the scope for 3 s"
-				/bin/pghot-workload --size-mb 16 --hot-mb 4 --pattern hot-scattered --node "$RIG_NODE" --duration 3 > /dev/null 2>&1
-				info "churn: the second pghot-workload left the scope (exit $?)"
-			) &
-		fi
-	else
-		pghotd_start --source "${scenario#pghotd-}" --pid "$wl_pid"
-	fi
-	if [ "$scenario" = pghotd-damon ]; then
-		# pghotd's kdamond is a kernel thread: its CPU is not in pghotd's times, and it is gone
-		# once pghotd turns it off, so sample it while it runs.
-		(
-			while alive "$pghotd_sub"; do
-				for k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
-					p=$(cat "$k/pid" 2>/dev/null)
-					[ -n "$p" ] && [ "$p" -gt 0 ] 2>/dev/null && stat_cpu "$p" > /tmp/kdamond.cpu.new && mv /tmp/kdamond.cpu.new /tmp/kdamond.cpu
-				done
-				sleep 0.25
-			done
-		) &
-	fi
+	# Started after the placement, which writes every page, so that pghotd sees the workload's
+	# accesses and not its first touch (RIG_START=placed); RIG_START=with started it already.
+	[ "$RIG_START" = with ] || start_watcher
 	;;
 esac
+
 
 # --- wait for the end ---------------------------------------------------------------------
 wait "$wl_sub"

@@ -53,8 +53,13 @@ usage: tests/vm/rig.sh [OPTIONS] SCENARIO...
   --pghotd-args STR   extra pghotd arguments (word-split in the guest)
   --workload-args STR extra pghot-workload arguments (word-split in the guest)
   --sample-period N   pghot-workload --sample-period for pghotd-emu (default 100)
-  --freq-threshold N  pghotd --freq-threshold for the pghotd-* scenarios (default 1, as in the
-                      pghot series)
+  --freq-threshold N|default
+                      pghotd --freq-threshold for the pghotd-* scenarios (default 1, as in the
+                      pghot series; `default` passes none, so pghotd's own default applies)
+  --start placed|with pghotd-softdirty and pghotd-damon: start pghotd once the buffer is placed
+                      (placed, the default) or together with the workload, before it first
+                      touches its buffer (with: pghotd then sees the placement's writes too)
+  --threads N         pghot-workload --threads (default 1)
   --rate-limit-mbps N one promotion rate limit for both promoters, per destination node as in
                       the kernel: numab2's kernel.numa_balancing_promote_rate_limit_MBps and
                       pghotd's --promote-rate-limit-MBps (default: each its own default)
@@ -112,6 +117,8 @@ sample_period=100
 # The pghot series' benchmarks all run pghot with freq_threshold=1 ("promote on 1st access, like
 # NUMAB2"); pghotd's own default is 2.
 freq_threshold=1
+start=placed
+threads=1
 rate_limit_mbps=
 damon_quota_mb=128
 damon_reset_ms=1000
@@ -138,6 +145,8 @@ while [ $# -gt 0 ]; do
 	--workload-args) need_arg "$@"; workload_args=$2; shift ;;
 	--sample-period) need_arg "$@"; sample_period=$2; shift ;;
 	--freq-threshold) need_arg "$@"; freq_threshold=$2; shift ;;
+	--start) need_arg "$@"; start=$2; shift ;;
+	--threads) need_arg "$@"; threads=$2; shift ;;
 	--rate-limit-mbps) need_arg "$@"; rate_limit_mbps=$2; shift ;;
 	--damon-quota-mb) need_arg "$@"; damon_quota_mb=$2; shift ;;
 	--damon-reset-ms) need_arg "$@"; damon_reset_ms=$2; shift ;;
@@ -168,7 +177,10 @@ esac
 	usage
 }
 is_uint "$tlb_flush_ms" || { log "--tlb-flush-ms must be a number of milliseconds, not '$tlb_flush_ms'"; usage; }
-for v in duration sample_period freq_threshold damon_quota_mb damon_reset_ms damon_max_regions; do
+case $start in placed | with) ;; *) log "--start must be placed or with, not '$start'"; usage ;; esac
+[ "$freq_threshold" = default ] || is_uint "$freq_threshold" && [ "$freq_threshold" != 0 ] ||
+	{ log "--freq-threshold must be a positive integer or default, not '$freq_threshold'"; usage; }
+for v in duration sample_period threads damon_quota_mb damon_reset_ms damon_max_regions; do
 	if ! is_uint "${!v}" || [ "${!v}" -eq 0 ]; then
 		log "--${v//_/-} must be a positive integer, not '${!v}'"
 		usage
@@ -237,6 +249,8 @@ sq() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "RIG_PATTERN=$pattern"
 	echo "RIG_SAMPLE_PERIOD=$sample_period"
 	echo "RIG_FREQ_THRESHOLD=$freq_threshold"
+	echo "RIG_START=$start"
+	echo "RIG_THREADS=$threads"
 	echo "RIG_RATE_LIMIT_MBPS=$rate_limit_mbps"
 	echo "RIG_DAMON_QUOTA_MB=$damon_quota_mb"
 	echo "RIG_DAMON_RESET_MS=$damon_reset_ms"

@@ -67,6 +67,24 @@ impl Admin {
                 option: "CONFIG_DAMON_SYSFS and CONFIG_DAMON_VADDR",
             });
         }
+        // A tree pghotd cannot write (sysfs mounted read-only, as container runtimes mount it,
+        // or no CAP_DAC_OVERRIDE over its root-owned 0600 files) fails here, at the open, so
+        // that `auto` takes the next source instead of the source failing once it runs.
+        let nr = root.join("kdamonds/nr_kdamonds");
+        nix::unistd::faccessat(
+            nix::fcntl::AT_FDCWD,
+            &nr,
+            nix::unistd::AccessFlags::W_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .map_err(|errno| {
+            damon_err(format!(
+                "{} is not writable ({}): the damon source configures DAMON there, which \
+                 needs root or CAP_DAC_OVERRIDE, and /sys mounted read-write",
+                nr.display(),
+                std::io::Error::from_raw_os_error(errno as i32)
+            ))
+        })?;
         Ok(Admin { root })
     }
 
