@@ -381,7 +381,15 @@ fn damon_that_pghotd_may_not_write_is_refused_at_the_open_and_auto_passes_it_ove
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(env!("CARGO_BIN_EXE_pghotd"))
-            .args(["--source", source, "--pid", &pid, "--dry-run", "--log", "debug"])
+            .args([
+                "--source",
+                source,
+                "--pid",
+                &pid,
+                "--dry-run",
+                "--log",
+                "debug",
+            ])
             .args(["--duration", "0.5", "--sysfs-root"])
             .arg(&sysfs)
             .arg("--socket")

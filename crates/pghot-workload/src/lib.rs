@@ -54,6 +54,9 @@ pub struct Options {
     /// MADV_HUGEPAGE instead of MADV_NOHUGEPAGE.
     pub thp: bool,
     pub emit: Option<EmitOptions>,
+    /// Move the hot set to a new place (a plan of the next seed) every this long; `None` keeps
+    /// it where it is.
+    pub shift: Option<Duration>,
     /// Where the topology is read from: `/sys`.
     pub sysfs_root: PathBuf,
 }
@@ -136,6 +139,19 @@ impl Options {
             && emit.period == 0
         {
             return bad("sample-period", "0".into(), "at least 1".into());
+        }
+        if let Some(shift) = self.shift {
+            if shift.is_zero() {
+                return bad("shift-s", "0".into(), "more than 0 seconds".into());
+            }
+            // The chase's links are written into the buffer once, before the workers start.
+            if !self.pattern.uses_hot_size() || self.pattern == Pattern::Chase {
+                return bad(
+                    "shift-s",
+                    format!("{} with --pattern {}", shift.as_secs_f64(), self.pattern),
+                    "used with a pattern whose hot set can move (not uniform or chase)".into(),
+                );
+            }
         }
         Ok(())
     }
@@ -262,6 +278,7 @@ mod tests {
             report_every: Duration::from_millis(250),
             thp: false,
             emit: None,
+            shift: None,
             sysfs_root: PathBuf::from("/sys"),
         }
     }
@@ -333,5 +350,23 @@ mod tests {
         ok.validate().unwrap();
         let plan = pattern::Plan::new(ok.pattern, ok.pages(), ok.hot_pages(), 0, 1);
         assert_eq!(plan.hot_count(), ok.hot_pages(), "every run placed");
+    }
+
+    #[test]
+    fn a_shift_needs_a_hot_set_that_can_move() {
+        let shifting = |pattern, secs| Options {
+            pattern,
+            shift: Some(Duration::from_secs_f64(secs)),
+            ..options()
+        };
+        shifting(Pattern::HotBlock, 10.0).validate().unwrap();
+        let err = shifting(Pattern::Chase, 10.0).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--shift-s 10 with --pattern chase: must be used with a pattern whose hot set can \
+             move (not uniform or chase)"
+        );
+        let err = shifting(Pattern::HotBlock, 0.0).validate().unwrap_err();
+        assert_eq!(err.to_string(), "--shift-s 0: must be more than 0 seconds");
     }
 }

@@ -72,6 +72,11 @@ struct Cli {
     /// Accesses per emitted sample, per worker.
     #[arg(long, value_name = "N", requires = "emit_samples")]
     sample_period: Option<u64>,
+    /// Move the hot set every SECS seconds (fractions allowed) to where the next seed puts it,
+    /// at the first report after each shift is due; the figures are then those of the hot set
+    /// in place, and time to 90/95/99 % counts from the last shift.
+    #[arg(long, value_name = "SECS")]
+    shift_s: Option<f64>,
 }
 
 const EXIT_USAGE: u8 = workload::EXIT_USAGE;
@@ -83,7 +88,13 @@ fn options(cli: Cli) -> Result<Options, String> {
             cli.duration
         ));
     }
+    if let Some(s) = cli.shift_s
+        && (!s.is_finite() || s <= 0.0 || s > 1e9)
+    {
+        return Err(format!("--shift-s {s}: must be more than 0 seconds"));
+    }
     Ok(Options {
+        shift: cli.shift_s.map(Duration::from_secs_f64),
         pattern: cli.pattern,
         size_mb: cli.size_mb,
         hot_mb: cli.hot_mb.unwrap_or(0),

@@ -133,12 +133,24 @@ pub struct TierShare {
 
 impl TierShare {
     pub fn of(status: &[i32], is_hot: &[bool], fast: &FastNodes) -> TierShare {
+        TierShare::of_moving(status, is_hot, is_hot, fast)
+    }
+
+    /// As [`of`](Self::of) for a hot set that moves: `is_hot` is where it is now, `was_hot`
+    /// every page it has been on so far (`is_hot` included). Cold pages are those never hot: a
+    /// page a promoter moved while it was hot is not over-promotion once the hot set has gone.
+    pub fn of_moving(
+        status: &[i32],
+        is_hot: &[bool],
+        was_hot: &[bool],
+        fast: &FastNodes,
+    ) -> TierShare {
         let (mut hot, mut hot_fast, mut cold_fast) = (0u64, 0u64, 0u64);
-        for (&s, &h) in status.iter().zip(is_hot) {
+        for ((&s, &h), &w) in status.iter().zip(is_hot).zip(was_hot) {
             let on_fast = fast.contains(s);
             hot += u64::from(h);
             hot_fast += u64::from(h && on_fast);
-            cold_fast += u64::from(!h && on_fast);
+            cold_fast += u64::from(!w && on_fast);
         }
         TierShare {
             hot_fast_pct: if hot == 0 {
@@ -171,6 +183,12 @@ mod tests {
         assert!((share.cold_fast_mb - 2.0 * 4096.0 / 1048576.0).abs() < 1e-12);
         assert!(!fast.contains(7) && !fast.contains(-14));
         assert_eq!(count_on(&status, 2), 2);
+        // The hot set moved from pages 3-4 to 0-2: page 3 (fast, hot before) is not cold; page
+        // 5 (fast, never hot) is.
+        let was_hot = [true, true, true, true, true, false];
+        let share = TierShare::of_moving(&status, &is_hot, &was_hot, &fast);
+        assert!((share.hot_fast_pct - 100.0 / 3.0).abs() < 1e-9);
+        assert!((share.cold_fast_mb - 4096.0 / 1048576.0).abs() < 1e-12);
     }
 
     #[test]

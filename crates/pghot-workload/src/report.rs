@@ -61,15 +61,22 @@ pub struct Milestones {
 
 impl Milestones {
     pub fn observe(&mut self, tick: &Tick) {
+        self.observe_since(tick, 0.0);
+    }
+
+    /// As [`observe`](Self::observe), with times counted from `origin_s` (the last shift of a
+    /// moving hot set).
+    pub fn observe_since(&mut self, tick: &Tick, origin_s: f64) {
         let pct = tick.share.hot_fast_pct;
-        if pct >= 90.0 && self.to_90_s.is_none() {
-            self.to_90_s = Some(tick.t_s);
-        }
-        if pct >= 95.0 && self.to_95_s.is_none() {
-            self.to_95_s = Some(tick.t_s);
-        }
-        if pct >= 99.0 && self.to_99_s.is_none() {
-            self.to_99_s = Some(tick.t_s);
+        let t = tick.t_s - origin_s;
+        for (bar, slot) in [
+            (90.0, &mut self.to_90_s),
+            (95.0, &mut self.to_95_s),
+            (99.0, &mut self.to_99_s),
+        ] {
+            if pct >= bar && slot.is_none() {
+                *slot = Some(t);
+            }
         }
     }
 }
@@ -100,6 +107,10 @@ pub struct RunResult {
     pub hot_pages: usize,
     pub write_pct: u8,
     pub seed: u64,
+    /// `--shift-s`, and how many times the hot set moved (time to 90/95/99 % counts from the
+    /// last move).
+    pub shift_s: Option<f64>,
+    pub shifts: usize,
     #[serde(flatten)]
     pub emit: EmitStats,
 }
@@ -151,6 +162,11 @@ mod tests {
         }
         assert_eq!(m.to_90_s, Some(0.5));
         assert_eq!(m.to_99_s, Some(1.0));
+        // After a shift at 10 s: counted from it.
+        let mut m = Milestones::default();
+        m.observe_since(&tick(10.25, 40.0), 10.0);
+        m.observe_since(&tick(12.5, 99.0), 10.0);
+        assert_eq!((m.to_90_s, m.to_99_s), (Some(2.5), Some(2.5)));
         assert_eq!(ns_per_access(1000.0, 2, 0), f64::INFINITY);
         assert_eq!(ns_per_access(1000.0, 2, 20), 100.0);
     }

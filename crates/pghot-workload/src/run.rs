@@ -6,7 +6,7 @@
 //! access loop shares no cache line per access.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,8 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         opts.seed,
     );
     plan.init_memory(map.words());
+    let plans = shifted_plans(opts, plan);
+    let plan = &plans[0];
     let mut census = Census::new(pid, map.addr(), pages);
     let on_node = placement::count_on(census.refresh()?, opts.node);
     let initial_on_node_pct = 100.0 * on_node as f64 / pages as f64;
@@ -98,19 +100,24 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
 
     let phase = Phase {
         opts,
-        plan: &plan,
+        plans: &plans,
+        epoch: AtomicUsize::new(0),
         map: &map,
         fast: &fast,
         emitter: emitter.as_ref(),
         pid,
     };
     let outcome = phase.run(&mut census, out)?;
+    let (shifts, hot_count) = (
+        phase.epoch.load(Ordering::Relaxed),
+        phase.plan().hot_count(),
+    );
     let emit = emitter.map(|e| e.finish()).unwrap_or_default();
 
     let result = RunResult {
         pattern: opts.pattern.name().to_string(),
         size_mb: opts.size_mb,
-        hot_mb: (plan.hot_count() * PAGE_SIZE) as u64 >> 20,
+        hot_mb: (hot_count * PAGE_SIZE) as u64 >> 20,
         threads: opts.threads,
         duration_s: round(outcome.elapsed.as_secs_f64(), 3),
         accesses: outcome.accesses,
@@ -130,19 +137,43 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         initial_on_node_pct: round(initial_on_node_pct, 2),
         pid,
         node: opts.node,
-        hot_pages: plan.hot_count(),
+        hot_pages: hot_count,
         write_pct: opts.write_pct,
         seed: opts.seed,
+        shift_s: opts.shift.map(|d| d.as_secs_f64()),
+        shifts,
         emit,
     };
     say(out, &result.line())?;
     Ok(result)
 }
 
+/// The plans of a run: one, or with `--shift-s` one per shift to come, each from the next
+/// seed (the first is `first`, so a run without shifts is unchanged).
+fn shifted_plans(opts: &Options, first: Plan) -> Vec<Plan> {
+    let epochs = opts.shift.map_or(1, |every| {
+        (opts.duration.as_secs_f64() / every.as_secs_f64()).ceil() as usize
+    });
+    let mut plans = vec![first];
+    for e in 1..epochs.max(1) as u64 {
+        let seed = opts.seed.wrapping_add(e);
+        plans.push(Plan::new(
+            opts.pattern,
+            opts.pages(),
+            opts.hot_pages(),
+            opts.write_pct,
+            seed,
+        ));
+    }
+    plans
+}
+
 /// The access phase's shared state.
 struct Phase<'a> {
     opts: &'a Options,
-    plan: &'a Plan,
+    /// The hot set's successive places; `epoch` is the one the workers use now.
+    plans: &'a [Plan],
+    epoch: AtomicUsize,
     map: &'a Mapping,
     fast: &'a FastNodes,
     emitter: Option<&'a Emitter>,
@@ -158,6 +189,22 @@ struct Outcome {
 }
 
 impl Phase<'_> {
+    /// The hot set in place now.
+    fn plan(&self) -> &Plan {
+        &self.plans[self.epoch.load(Ordering::Relaxed)]
+    }
+
+    /// Moves the hot set when a shift is due at `now` (the first report after it); true if it
+    /// moved.
+    fn shift_if_due(&self, t0: Instant, now: Instant) -> bool {
+        let Some(every) = self.opts.shift else {
+            return false;
+        };
+        let due = ((now - t0).as_secs_f64() / every.as_secs_f64()) as usize;
+        let due = due.min(self.plans.len() - 1);
+        self.epoch.fetch_max(due, Ordering::Relaxed) < due
+    }
+
     fn run(&self, census: &mut Census, out: &mut dyn Write) -> Result<Outcome, WorkloadError> {
         let counts: Vec<CachePadded<AtomicU64>> = (0..self.opts.threads)
             .map(|_| CachePadded::new(AtomicU64::new(0)))
@@ -202,6 +249,8 @@ impl Phase<'_> {
                 last_at: t0,
                 last_total: 0,
                 milestones: Milestones::default(),
+                was_hot: self.plans[0].is_hot().to_vec(),
+                shifted_at_s: 0.0,
             };
             let ticking = self.tick_until_end(&mut timeline, census, &counts, out);
 
@@ -249,6 +298,11 @@ impl Phase<'_> {
             // Nothing but the clock ends this wait: workers have no fatal errors to report.
             thread::sleep(next.saturating_duration_since(Instant::now()));
             let now = Instant::now();
+            if self.shift_if_due(timeline.t0, now) {
+                timeline.shifted(now, self.plan());
+                writeln!(out, "shift: t={:.2} hot set moved", timeline.shifted_at_s)
+                    .map_err(WorkloadError::Output)?;
+            }
             let total = counts.iter().map(|c| c.load(Ordering::Relaxed)).sum();
             let tick = timeline.tick(now, total, census, self)?;
             writeln!(out, "{tick}").map_err(WorkloadError::Output)?;
@@ -265,7 +319,7 @@ impl Phase<'_> {
         let mem = self.map.words();
         let base = self.map.addr();
         let tid = sys::thread_id();
-        let mut cursor = self.plan.cursor(self.opts.seed, index as u64);
+        let mut cursor = self.plans[0].cursor(self.opts.seed, index as u64);
         let period = self.opts.emit.as_ref().map(|e| e.period);
         let mut sampling = self.emitter.map(|e| e.worker(self.pid, tid)).zip(period);
         if let Some((emitter, _)) = sampling.as_mut() {
@@ -274,8 +328,9 @@ impl Phase<'_> {
         let mut until_sample = sampling.as_ref().map_or(u64::MAX, |(_, period)| *period);
         let mut done = 0u64;
         loop {
+            let plan = self.plan();
             for _ in 0..CHUNK {
-                let access = self.plan.access(&mut cursor, mem);
+                let access = plan.access(&mut cursor, mem);
                 until_sample -= 1;
                 if until_sample == 0
                     && let Some((emitter, period)) = sampling.as_mut()
@@ -314,9 +369,22 @@ struct Timeline {
     last_at: Instant,
     last_total: u64,
     milestones: Milestones,
+    /// Every page the hot set has been on (see [`TierShare::of_moving`]).
+    was_hot: Vec<bool>,
+    /// When the hot set last moved, seconds from `t0`; milestones count from it.
+    shifted_at_s: f64,
 }
 
 impl Timeline {
+    /// The hot set moved to `plan` at `now`: its milestones start again.
+    fn shifted(&mut self, now: Instant, plan: &Plan) {
+        for (was, &is) in self.was_hot.iter_mut().zip(plan.is_hot()) {
+            *was |= is;
+        }
+        self.shifted_at_s = (now - self.t0).as_secs_f64();
+        self.milestones = Milestones::default();
+    }
+
     /// The line for `now`, when the workers had made `total` accesses; the census runs after.
     fn tick(
         &mut self,
@@ -331,14 +399,19 @@ impl Timeline {
             self.threads,
             total - self.last_total,
         );
-        let share = TierShare::of(census.refresh()?, phase.plan.is_hot(), phase.fast);
+        let share = TierShare::of_moving(
+            census.refresh()?,
+            phase.plan().is_hot(),
+            &self.was_hot,
+            phase.fast,
+        );
         let tick = Tick {
             t_s: (now - self.t0).as_secs_f64(),
             ns_per_access: ns,
             share,
             accesses: total,
         };
-        self.milestones.observe(&tick);
+        self.milestones.observe_since(&tick, self.shifted_at_s);
         self.last_at = now;
         self.last_total = total;
         Ok(tick)
