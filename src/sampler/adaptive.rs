@@ -55,7 +55,7 @@ impl PeriodRange {
 /// Tunables of the controller.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdaptiveConfig {
-    /// Daemon CPU allowed, in percent of one core (the daemon's default is 15).
+    /// Daemon CPU allowed, in percent of one core (the daemon's default is 16).
     pub cpu_budget_pct: f64,
     pub range: PeriodRange,
     /// Where to start.
