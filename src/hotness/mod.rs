@@ -23,9 +23,10 @@
 //! `heat_of`, `unqueue`, the `mark_*`) takes its shard's mutex for that one operation (a probe,
 //! at most one insert and, when the shard is full, one eviction pass over that shard) and takes
 //! no other lock while holding it. The table-wide reads (`len`, `evicted`, `memory_bytes`,
-//! `for_each_page`, `hottest`) lock the shards one after another, never two at once; they serve
-//! the control plane, the migrators' demotion and audit passes and the exit summary, never the
-//! per-sample path. Without a lock: the policy knobs
+//! `for_each_page`, `hottest`, `counting_pages`) lock the shards one after another, never two
+//! at once; they serve the control plane, the migrators' demotion and audit passes, the exit
+//! summary and (`counting_pages`, through `set_recorded_rate`) a recorder's flush once per 5 s
+//! of sample time, never the per-sample path. Without a lock: the policy knobs
 //! (relaxed atomics) and `prefetch` (the slot arrays' addresses, fixed at creation). Taking and
 //! releasing an uncontended `parking_lot` mutex is one compare-and-swap each; a contended one
 //! spins briefly, then parks the thread. A shard stays locked through an eviction pass, so a
