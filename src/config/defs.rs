@@ -74,13 +74,15 @@ pub static SETTINGS: &[Setting] = &[
     Setting::int("window_samples", 0, 1 << 24, field!(policy.window_samples))
         .flag("window-samples", "N")
         .help(
-            "Widen promote_window_ms, when samples are sparse, to hold this many recorded samples; \
-             0 keeps it fixed [default: {default}]",
+            "Widen promote_window_ms, when samples are sparse, to hold this many recorded samples \
+             (and 16 mean gaps between two samples of one page); 0 keeps it fixed [default: \
+             {default}]",
         )
         .doc(
             "when samples are sparse, the window widens (up to 10 minutes) to hold this many \
-         recorded lower-tier samples, so a page qualifies by its share of the samples; 0 keeps \
-         pghot's fixed window",
+         recorded lower-tier samples, so a page qualifies by its share of the samples, and 16 \
+         mean gaps between two samples of one tracked lower-tier page, so a page's first \
+         sample is remembered until its second; 0 keeps pghot's fixed window",
         )
         .runtime(),
     Setting::int(

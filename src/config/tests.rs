@@ -534,7 +534,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("perf.ring_pages", "64", Some((1, 16384))),
     ("pagefault.period", "1", Some((1, 1 << 30))),
     ("ibs.period", "10000", Some((0x90, 0x7FF_FFF0))),
-    ("ibs.cpu_budget_pct", "15", Some((1, 100))),
+    ("ibs.cpu_budget_pct", "16", Some((1, 100))),
     ("ibs.count_ops", "true", None),
     ("ibs.l3miss_only", "null", None),
     ("ibs.ldlat", "null", Some((128, 2048))),

@@ -9,6 +9,8 @@
 //!   than `promote_window_ms`, else increments it;
 //! - when the count reaches `freq_threshold` the page becomes a candidate, once, until it is
 //!   promoted or its window expires;
+//! - the window widens when samples are sparse, in total or per page (`window.rs`), so a page's
+//!   first sample is remembered as long as the sampling rate needs to see it again;
 //! - a sample of a top-tier page is not recorded (it only refreshes the heat of a page already
 //!   tracked, such as one we promoted).
 //!
@@ -21,9 +23,10 @@
 //! `heat_of`, `unqueue`, the `mark_*`) takes its shard's mutex for that one operation (a probe,
 //! at most one insert and, when the shard is full, one eviction pass over that shard) and takes
 //! no other lock while holding it. The table-wide reads (`len`, `evicted`, `memory_bytes`,
-//! `for_each_page`, `hottest`) lock the shards one after another, never two at once; they serve
-//! the control plane, the migrators' demotion and audit passes and the exit summary, never the
-//! per-sample path. Without a lock: the policy knobs
+//! `for_each_page`, `hottest`, `counting_pages`) lock the shards one after another, never two
+//! at once; they serve the control plane, the migrators' demotion and audit passes, the exit
+//! summary and (`counting_pages`, through `set_recorded_rate`) a recorder's flush once per 5 s
+//! of sample time, never the per-sample path. Without a lock: the policy knobs
 //! (relaxed atomics) and `prefetch` (the slot arrays' addresses, fixed at creation). Taking and
 //! releasing an uncontended `parking_lot` mutex is one compare-and-swap each; a contended one
 //! spins briefly, then parks the thread. A shard stays locked through an eviction pass, so a
@@ -164,12 +167,23 @@ impl HotTable {
 
     fn retune_window(&self) {
         let per_s = f64::from_bits(self.recorded_per_s.load(Ordering::Relaxed));
-        let ms = window::widened(
-            self.promote_window_ms.load(Ordering::Relaxed),
-            self.window_samples.load(Ordering::Relaxed),
-            per_s,
-        );
-        self.effective_window_ms.store(ms, Ordering::Relaxed);
+        let floor_ms = self.promote_window_ms.load(Ordering::Relaxed);
+        let window_samples = self.window_samples.load(Ordering::Relaxed);
+        let by_samples = window::widened(floor_ms, window_samples, per_s);
+        // `window_samples` 0 is pghot's fixed window: no widening of either kind.
+        let by_page = if window_samples == 0 {
+            0
+        } else {
+            window::per_page_horizon(self.counting_pages() as u64, per_s)
+        };
+        self.effective_window_ms
+            .store(by_samples.max(by_page), Ordering::Relaxed);
+    }
+
+    /// Tracked pages with a count (sampled on a lower tier, not promoted or demoted since):
+    /// the pages the recorded samples are shared among.
+    pub fn counting_pages(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().counting).sum()
     }
 
     /// The window `record` applies now.
@@ -250,6 +264,7 @@ impl HotTable {
         let e = shard.get_mut(i);
         let elapsed = elapsed_ms(now, e.last_ms);
         e.heat = decayed(e.heat, e.last_ms, now, halflife).saturating_add(HEAT_ONE);
+        let newly_counting = e.count == 0;
         // count 0: new, or promoted since; either way a fresh window starts here.
         if e.count == 0 || elapsed > window {
             e.count = 1;
@@ -265,8 +280,14 @@ impl HotTable {
             AccessOp::Load => e.loads = e.loads.saturating_add(1),
             AccessOp::Store => e.stores = e.stores.saturating_add(1),
         }
-        if u32::from(e.count) >= threshold && e.flags & FLAG_QUEUED == 0 {
+        let candidate = u32::from(e.count) >= threshold && e.flags & FLAG_QUEUED == 0;
+        if candidate {
             e.flags |= FLAG_QUEUED;
+        }
+        if newly_counting {
+            shard.counting += 1;
+        }
+        if candidate {
             Recorded::Candidate
         } else {
             Recorded::Tracked
@@ -295,7 +316,15 @@ impl HotTable {
         let (lock, hash) = self.shard_of(key);
         let mut shard = lock.lock();
         if let Slot::Found(i) = shard.find(key, hash) {
-            f(shard.get_mut(i));
+            let e = shard.get_mut(i);
+            let was_counting = e.count > 0;
+            f(e);
+            let counting = e.count > 0;
+            if was_counting && !counting {
+                shard.counting -= 1;
+            } else if counting && !was_counting {
+                shard.counting += 1;
+            }
         }
     }
 
@@ -482,6 +511,82 @@ mod tests {
             ..policy(2, 5000)
         });
         assert_eq!(t.effective_window_ms(), 32_000);
+    }
+
+    #[test]
+    fn a_first_sample_is_remembered_for_pair_gaps_mean_gaps_of_one_page() {
+        // window_samples 16 at 10 samples a second is 1.6 s: the sample count keeps the 5 s
+        // floor, so only the per-page horizon can widen the window here.
+        let t = HotTable::new(
+            4096,
+            HotnessConfig {
+                window_samples: 16,
+                ..policy(2, 5000)
+            },
+        );
+        for page in 0..100 {
+            assert_eq!(t.record(&access(1, page, page * 10)), Recorded::Tracked);
+        }
+        assert_eq!(t.counting_pages(), 100);
+        // 100 pages share 10 samples a second: one page's mean gap is 10 s, and
+        // window::PAIR_GAPS (16) of them are 160 s.
+        t.set_recorded_rate(10.0);
+        assert_eq!(t.effective_window_ms(), 160_000);
+        // Page 0's second sample, 100 s after its first: a candidate (a 5 s window restarts
+        // its count).
+        assert_eq!(t.record(&access(1, 0, 100_000)), Recorded::Candidate);
+        // 170 s after page 1's first: beyond the horizon, the count restarts.
+        assert_eq!(t.record(&access(1, 1, 170_010)), Recorded::Tracked);
+        assert_eq!(t.get(access(1, 1, 0).key).unwrap().count(), 1);
+        // window_samples 0 (pghot's fixed window) widens by neither measure.
+        t.set_policy(policy(2, 5000));
+        assert_eq!(t.effective_window_ms(), 5000);
+    }
+
+    #[test]
+    fn counting_pages_are_the_lower_tier_pages_holding_a_count() {
+        let t = HotTable::new(1024, policy(2, 5000));
+        let key = |page| access(1, page, 0).key;
+        t.record(&access(1, 1, 0));
+        t.record(&access(1, 1, 10)); // the same page: still one
+        t.record(&access(1, 2, 20));
+        // A top-tier sample of an untracked page adds nothing.
+        t.touch(&access(1, 3, 30));
+        assert_eq!(t.counting_pages(), 2);
+        // Promoted: its count is gone; demoted, it starts over at its next sample.
+        t.mark_promoted_by_us(key(1), 0);
+        assert_eq!(t.counting_pages(), 1);
+        t.mark_promoted(key(1), 0);
+        t.mark_demoted(key(1), 2);
+        assert_eq!(t.counting_pages(), 1);
+        t.record(&access(1, 1, 40));
+        assert_eq!(t.counting_pages(), 2);
+        // Queued or un-queued, a page keeps its count.
+        t.record(&access(1, 2, 50));
+        t.unqueue(key(2));
+        assert_eq!(t.counting_pages(), 2);
+    }
+
+    #[test]
+    fn evicted_pages_stop_counting() {
+        // One shard of 1024: a flood of 3000 pages evicts an eighth of it at a time.
+        let t = HotTable::new(1024, policy(100, 5000));
+        for page in 0..3000 {
+            t.record(&access(1, page, page));
+        }
+        assert!(t.evicted() > 0);
+        assert_eq!(t.counting_pages(), t.len());
+        // And a promoted page that is evicted was not counting.
+        let t = HotTable::new(1024, policy(100, 5000));
+        t.record(&access(1, 0, 0));
+        t.mark_promoted(access(1, 0, 0).key, 0);
+        for page in 1..3000 {
+            t.record(&access(1, page, 10 + page));
+        }
+        assert_eq!(
+            t.counting_pages(),
+            t.len() - usize::from(t.get(access(1, 0, 0).key).is_some())
+        );
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub(crate) struct Shard {
     /// Latest sample time seen by this shard (truncated ms).
     pub(crate) now_ms: u32,
     pub(crate) evicted: u64,
+    /// Entries with a count above 0 (sampled on a lower tier, not promoted or demoted since):
+    /// kept by `HotTable`, which changes counts, and by eviction here.
+    pub(crate) counting: usize,
 }
 
 /// Where a lookup ended.
@@ -39,6 +42,7 @@ impl Shard {
             capacity,
             now_ms: 0,
             evicted: 0,
+            counting: 0,
         }
     }
 
@@ -141,6 +145,9 @@ impl Shard {
             if b < cut || (b == cut && from_cut > 0) {
                 if b == cut {
                     from_cut -= 1;
+                }
+                if e.count > 0 {
+                    self.counting -= 1;
                 }
                 *e = Entry::default();
                 removed += 1;

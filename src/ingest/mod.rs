@@ -159,7 +159,8 @@ impl Ingest {
             if after != before && (after > before * 2 || before > after * 2) {
                 tracing::info!(
                     "{per_s:.0} lower-tier samples/s: the promotion window is now {after} ms \
-                     (promote_window_ms, widened to hold window_samples)"
+                     (promote_window_ms, widened to hold window_samples, or a page's next \
+                     sample at that rate)"
                 );
             }
         }

@@ -49,9 +49,8 @@ struct Args {
     #[arg(long, default_value_t = pghotd::hotness::HotnessConfig::default().freq_threshold,
           value_parser = clap::value_parser!(u16).range(1..))]
     freq_threshold: u16,
-    /// Promotion window, ms (1..=3600000, as the daemon's; the default is the simulator's 60 s,
-    /// not the daemon's 5 s).
-    #[arg(long, default_value_t = pghot_sim::DEFAULT_PROMOTE_WINDOW_MS,
+    /// Promotion window, ms (1..=3600000, as the daemon's; the default is the daemon's).
+    #[arg(long, default_value_t = pghot_sim::default_promote_window_ms(),
           value_parser = clap::value_parser!(u32).range(1..=3_600_000))]
     promote_window_ms: u32,
     /// Demote the coldest pages pghotd promoted when the fast tier runs low.
