@@ -24,9 +24,8 @@ use pghotd::topology::{SysfsRoot, Topology};
 /// Accesses between a worker's count updates and stop checks.
 const CHUNK: u64 = 1024;
 
-/// Runs the workload, writing progress and the RESULT line to `out`.
-pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadError> {
-    opts.validate()?;
+/// The machine's top-tier nodes, once `--node` is known to be a memory node of it.
+fn fast_nodes_with(opts: &Options) -> Result<FastNodes, WorkloadError> {
     let topology = Topology::read(SysfsRoot::new(&opts.sysfs_root))?;
     if !topology.node(opts.node).is_some_and(|n| n.has_memory()) {
         let available: Vec<String> = topology
@@ -40,7 +39,13 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
             available: available.join(","),
         });
     }
-    let fast = FastNodes::from_topology(&topology);
+    Ok(FastNodes::from_topology(&topology))
+}
+
+/// Runs the workload, writing progress and the RESULT line to `out`.
+pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadError> {
+    opts.validate()?;
+    let fast = fast_nodes_with(opts)?;
     let pid = std::process::id();
     let say =
         |out: &mut dyn Write, line: &str| writeln!(out, "{line}").map_err(WorkloadError::Output);
