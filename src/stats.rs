@@ -501,6 +501,11 @@ counters! {
     SoftdirtyPagesScanned => "softdirty_pages_scanned" as Metric::count("source_scanned_pages").of_source(SourceKind::SoftDirty),
     /// Present pages found written (soft-dirty); one store sample each.
     SoftdirtyDirtyPages => "softdirty_dirty_pages" as Metric::count("source_written_pages").of_source(SourceKind::SoftDirty),
+    /// Writable mappings a soft-dirty pass read but did not credit because they are new or
+    /// grew since the pid's last pass: the kernel marks such a mapping soft-dirty as a whole
+    /// (VM_SOFTDIRTY, mm/vma.c `__mmap_complete` and `do_brk_flags`), so every present page
+    /// in it reads written once, whether written or not.
+    SoftdirtyFreshMappings => "softdirty_fresh_mappings" as Metric::count("source_fresh_mappings").of_source(SourceKind::SoftDirty),
     /// Wall time of the soft-dirty passes (maps, pagemap, clear_refs, samples).
     SoftdirtyScanNs => "softdirty_scan_ns" as Metric::nanoseconds("source_scan").of_source(SourceKind::SoftDirty),
     /// Passes that came later than the interval to keep within `softdirty_scan_budget_pages`,

@@ -6,7 +6,9 @@
 //! (bits 63 and 55), then write `4` to `/proc/PID/clear_refs`, which clears the bits and
 //! write-protects the whole mm so the next write to each page sets its bit again (one minor
 //! fault per page and interval). Reads are invisible to this source. The first pass over a pid
-//! only clears: until then every page counts as dirty (new mappings are dirty wholesale).
+//! only clears: until then every page counts as dirty (new mappings are dirty wholesale). For
+//! the same reason a mapping that is new or grew since the pid's last pass is only cleared,
+//! not credited ([`settled_mappings`], `softdirty_fresh_mappings`).
 //!
 //! Cost bound: `softdirty_scan_budget_pages` pagemap entries per second. A pass that scanned N
 //! pages is followed by the next no sooner than N / budget seconds after it started, so the
@@ -78,6 +80,22 @@ pub fn writable_mappings(maps: &str) -> Vec<Mapping> {
             (start < end).then_some(Mapping { start, end })
         })
         .collect()
+}
+
+/// The mappings of `now` whose soft-dirty bits are the pages' own, and how many were left
+/// out. A mapping made or grown since the last pass (`before`) is soft-dirty as a whole: the
+/// kernel sets VM_SOFTDIRTY on a new or expanded VMA (mm/vma.c, `__mmap_complete`: "New (or
+/// expanded) vma always get soft dirty status"; `do_brk_flags` for a growing heap), and
+/// pagemap then reports every present page in it as soft-dirty until the next clear_refs
+/// (fs/proc/task_mmu.c, `pte_to_pagemap_entry`). A growing heap, or a thread's stack mapped
+/// next to a buffer and merged with it, would credit every page of it as written. Such a
+/// mapping is left out of this pass; its clear_refs still runs, so the next pass reads it.
+/// A mapping inside one of `before` (split by mprotect or mbind, which set no flag) is kept.
+pub fn settled_mappings(now: &[Mapping], before: &[Mapping]) -> (Vec<Mapping>, u64) {
+    let (settled, fresh): (Vec<Mapping>, Vec<Mapping>) = now
+        .iter()
+        .partition(|m| before.iter().any(|b| b.start <= m.start && m.end <= b.end));
+    (settled, fresh.len() as u64)
 }
 
 /// True for a pagemap entry of a present page written since the last clear.
@@ -189,7 +207,7 @@ impl SoftDirtySource {
     fn pass(
         &self,
         pid: u32,
-        primed: bool,
+        primed: &mut Primed,
         dirty: &mut Vec<u64>,
         sink: &mut dyn SampleSink,
     ) -> Result<u64, PassError> {
@@ -226,16 +244,18 @@ impl SoftDirtySource {
         };
         let mut scanned = 0;
         dirty.clear();
-        if primed {
-            let maps_path = format!("/proc/{pid}/maps");
-            // Bounded: a process makes its maps as long as it likes (a line per mapping).
-            let maps = safefs::read_bounded(std::path::Path::new(&maps_path), limit::MAPS)
-                .map_err(gone_or("reading", maps_path))?;
-            let mappings = writable_mappings(&String::from_utf8_lossy(&maps));
+        let maps_path = format!("/proc/{pid}/maps");
+        // Bounded: a process makes its maps as long as it likes (a line per mapping).
+        let maps = safefs::read_bounded(std::path::Path::new(&maps_path), limit::MAPS)
+            .map_err(gone_or("reading", maps_path))?;
+        let mappings = writable_mappings(&String::from_utf8_lossy(&maps));
+        if let Some(before) = primed.mappings(pid) {
+            let (settled, fresh) = settled_mappings(&mappings, before);
+            sink.count(Counter::SoftdirtyFreshMappings, fresh);
             let pagemap_path = format!("/proc/{pid}/pagemap");
             let pagemap =
                 File::open(&pagemap_path).map_err(gone_or("opening", pagemap_path.clone()))?;
-            scanned = scan_pagemap(&pagemap, &mappings, dirty)
+            scanned = scan_pagemap(&pagemap, &settled, dirty)
                 .map_err(gone_or("reading", pagemap_path))?;
         }
         let clear_path = format!("/proc/{pid}/clear_refs");
@@ -243,6 +263,7 @@ impl SoftDirtySource {
             .and_then(|p| p.clear_refs(ClearRefs::SoftDirty))
             .map_err(proc_gone_or("writing 4 to", clear_path))?;
         procpid::emit_pages(sink, pid, dirty, AccessOp::Store, SourceKind::SoftDirty);
+        primed.mark(pid, mappings);
         Ok(scanned)
     }
 }
@@ -254,20 +275,27 @@ enum Live {
     Followed(Arc<Scope>),
 }
 
-/// The pids whose soft-dirty bits this source has cleared: only their next pass reads dirty
-/// pages (a first pass would report every page written since the process started). A pid
-/// that leaves the watched set is forgotten, so if it comes back (a process rejoining the
-/// cgroup, or a new one under a reused pid) it is primed again.
+/// The pids whose soft-dirty bits this source has cleared, with the writable mappings each
+/// had then: only their next pass reads dirty pages (a first pass would report every page
+/// written since the process started), and only in mappings that were there
+/// ([`settled_mappings`]). A pid that leaves the watched set is forgotten, so if it comes back
+/// (a process rejoining the cgroup, or a new one under a reused pid) it is primed again.
 #[derive(Debug, Default)]
-struct Primed(std::collections::HashSet<u32>);
+struct Primed(std::collections::HashMap<u32, Vec<Mapping>>);
 
 impl Primed {
+    #[cfg(test)]
     fn has(&self, pid: u32) -> bool {
-        self.0.contains(&pid)
+        self.0.contains_key(&pid)
     }
 
-    fn mark(&mut self, pid: u32) {
-        self.0.insert(pid);
+    /// The mappings `pid` had at its last pass; `None` before its first.
+    fn mappings(&self, pid: u32) -> Option<&[Mapping]> {
+        self.0.get(&pid).map(Vec::as_slice)
+    }
+
+    fn mark(&mut self, pid: u32, mappings: Vec<Mapping>) {
+        self.0.insert(pid, mappings);
     }
 
     fn forget(&mut self, pid: u32) {
@@ -276,7 +304,7 @@ impl Primed {
 
     /// Keeps only the pids still watched.
     fn follow(&mut self, watched: &[u32]) {
-        self.0.retain(|pid| watched.binary_search(pid).is_ok());
+        self.0.retain(|pid, _| watched.binary_search(pid).is_ok());
     }
 }
 
@@ -321,10 +349,9 @@ impl Source for SoftDirtySource {
             let started = Instant::now();
             let mut scanned = 0;
             for &pid in &pids {
-                match self.pass(pid, primed.has(pid), &mut dirty, sink.as_mut()) {
+                match self.pass(pid, &mut primed, &mut dirty, sink.as_mut()) {
                     Ok(n) => {
                         scanned += n;
-                        primed.mark(pid);
                         sink.count(Counter::SoftdirtyDirtyPages, dirty.len() as u64);
                     }
                     Err(PassError::Gone) => match &mut live {
@@ -398,10 +425,30 @@ mod tests {
     }
 
     #[test]
+    fn new_and_grown_mappings_are_left_out_until_their_next_pass() {
+        let m = |start, end| Mapping { start, end };
+        let before = [m(0x1000, 0x9000), m(0x20000, 0x30000)];
+        let now = [
+            // Split in two by an mprotect: both halves stay (no VM_SOFTDIRTY on a split).
+            m(0x1000, 0x5000),
+            m(0x5000, 0x9000),
+            // Grown downwards by a merge with a new neighbour: out.
+            m(0x1f000, 0x30000),
+            // New: out.
+            m(0x40000, 0x41000),
+        ];
+        let (settled, fresh) = settled_mappings(&now, &before);
+        assert_eq!(settled, vec![m(0x1000, 0x5000), m(0x5000, 0x9000)]);
+        assert_eq!(fresh, 2);
+        // Unchanged: all kept.
+        assert_eq!(settled_mappings(&before, &before), (before.to_vec(), 0));
+    }
+
+    #[test]
     fn a_pid_that_leaves_the_watched_set_is_primed_again_when_it_returns() {
         let mut primed = Primed::default();
-        primed.mark(10);
-        primed.mark(20);
+        primed.mark(10, Vec::new());
+        primed.mark(20, Vec::new());
         primed.follow(&[10, 30]);
         assert!(primed.has(10) && !primed.has(20) && !primed.has(30));
         primed.forget(10);
