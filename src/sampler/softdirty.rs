@@ -91,10 +91,16 @@ pub fn writable_mappings(maps: &str) -> Vec<Mapping> {
 /// next to a buffer and merged with it, would credit every page of it as written. Such a
 /// mapping is left out of this pass; its clear_refs still runs, so the next pass reads it.
 /// A mapping inside one of `before` (split by mprotect or mbind, which set no flag) is kept.
+///
+/// `before` is as `/proc/PID/maps` lists it: sorted by address, no two overlapping; so the one
+/// mapping that can hold `m` is the last to start at or below it, found by binary search
+/// (a process may have tens of thousands of mappings; a pass must not be quadratic in them).
 pub fn settled_mappings(now: &[Mapping], before: &[Mapping]) -> (Vec<Mapping>, u64) {
-    let (settled, fresh): (Vec<Mapping>, Vec<Mapping>) = now
-        .iter()
-        .partition(|m| before.iter().any(|b| b.start <= m.start && m.end <= b.end));
+    let inside_one = |m: &&Mapping| {
+        let after = before.partition_point(|b| b.start <= m.start);
+        after > 0 && m.end <= before[after - 1].end
+    };
+    let (settled, fresh): (Vec<Mapping>, Vec<Mapping>) = now.iter().partition(inside_one);
     (settled, fresh.len() as u64)
 }
 
@@ -442,6 +448,10 @@ mod tests {
         assert_eq!(fresh, 2);
         // Unchanged: all kept.
         assert_eq!(settled_mappings(&before, &before), (before.to_vec(), 0));
+        // Between two old mappings, or reaching past the end of the one it starts in: out;
+        // below every old mapping: out.
+        let now = [m(0x0, 0x800), m(0xa000, 0xb000), m(0x8000, 0xa000)];
+        assert_eq!(settled_mappings(&now, &before), (Vec::new(), 3));
     }
 
     #[test]
