@@ -37,6 +37,8 @@ const MIB: u64 = 1 << 20;
 /// Accesses pick pages by a 32-bit multiply-shift (see `pattern`), so at most 2^32 pages.
 const MAX_SIZE_MB: u64 = (1 << 32) * pattern::PAGE_SIZE as u64 / MIB;
 pub const MAX_THREADS: usize = 1024;
+/// Most places a `--shift-s` hot set takes in one run.
+pub const MAX_HOT_SET_PLACES: usize = 100;
 
 /// Everything a run needs; built by the binary from its flags, checked by [`Options::validate`].
 #[derive(Debug, Clone)]
@@ -143,6 +145,20 @@ impl Options {
         if let Some(shift) = self.shift {
             if shift.is_zero() {
                 return bad("shift-s", "0".into(), "more than 0 seconds".into());
+            }
+            // Every place is planned before the run (a plan per place, each as large as the
+            // buffer's page count), so their number is bounded.
+            let places = (self.duration.as_secs_f64() / shift.as_secs_f64()).ceil();
+            if places > MAX_HOT_SET_PLACES as f64 {
+                return bad(
+                    "shift-s",
+                    shift.as_secs_f64().to_string(),
+                    format!(
+                        "at least --duration / {MAX_HOT_SET_PLACES} ({} s): the hot set takes \
+                         at most {MAX_HOT_SET_PLACES} places in a run",
+                        self.duration.as_secs_f64() / MAX_HOT_SET_PLACES as f64
+                    ),
+                );
             }
             // The chase's links are written into the buffer once, before the workers start.
             if !self.pattern.uses_hot_size() || self.pattern == Pattern::Chase {
@@ -368,5 +384,13 @@ mod tests {
         );
         let err = shifting(Pattern::HotBlock, 0.0).validate().unwrap_err();
         assert_eq!(err.to_string(), "--shift-s 0: must be more than 0 seconds");
+        // 20 s in steps of 0.2 s is 100 places, the most; 0.1 s would be 200.
+        shifting(Pattern::HotBlock, 0.2).validate().unwrap();
+        let err = shifting(Pattern::HotBlock, 0.1).validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--shift-s 0.1: must be at least --duration / 100 (0.2 s): the hot set takes at \
+             most 100 places in a run"
+        );
     }
 }

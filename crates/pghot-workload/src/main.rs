@@ -74,7 +74,7 @@ struct Cli {
     sample_period: Option<u64>,
     /// Move the hot set every SECS seconds (fractions allowed) to where the next seed puts it,
     /// at the first report after each shift is due; the figures are then those of the hot set
-    /// in place, and time to 90/95/99 % counts from the last shift.
+    /// in place, and time to 90/95/99 % counts from the last shift. At most 100 places a run.
     #[arg(long, value_name = "SECS")]
     shift_s: Option<f64>,
 }
