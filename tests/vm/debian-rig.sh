@@ -61,7 +61,8 @@ Options:
                         default 16): with fewer system calls per GET, more of Redis's time is
                         memory, as on a busy server
   --period N            --app: the plugin's IBS op sampling period, user-mode memory
-                        operations per sample per vCPU (default 2000)
+                        operations per sample per vCPU (default 10000 / D: the seed's IBS
+                        period at the dilation, 200 at the default D = 50)
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
@@ -89,7 +90,7 @@ fast_ns=
 dilation=50
 rounds=6
 round_ops=20000
-period=2000
+period=
 cache_kb=1024
 hot_keys=2048
 pipeline=16
@@ -146,6 +147,9 @@ fi
 [[ $dilation =~ ^[0-9]+$ ]] || { log "--dilation must be a whole number"; usage; }
 slow_ns=${slow_ns:-$((320 * dilation))}
 fast_ns=${fast_ns:-$((143 * dilation))}
+# The guest runs D times slower, so a hardware period's samples per second of the program's run
+# take a D times shorter period (tests/vm/README.md, "Time dilation").
+period=${period:-$((10000 / (dilation > 0 ? dilation : 1)))}
 for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
