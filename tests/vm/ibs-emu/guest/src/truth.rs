@@ -24,6 +24,9 @@ use crate::{Ctl, Res};
 /// would be gigabytes of zeros to read).
 const MAX_MAPPING: u64 = 8 << 30;
 const HOT_SHARE: f64 = 0.8;
+/// A wider cut, to tell over-promoted pages that were nearly hot (in the pages holding 95 %
+/// of the accesses) from those that were not.
+const WARM_SHARE: f64 = 0.95;
 /// The plugin's default latencies of its modelled clock (the seed's DRAM and CXL figures).
 const FAST_MODEL_NS: u64 = 143;
 const SLOW_MODEL_NS: u64 = 320;
@@ -109,6 +112,12 @@ pub struct Truth {
     pub promoted: usize,
     pub promoted_hot: usize,
     pub over_promotion_pct: f64,
+    /// Pages holding 95 % of the accesses (a superset of the hot set).
+    pub warm_pages: usize,
+    /// Of the promoted pages that are not hot: those in the 95 % set, and those with no
+    /// counted access in the phase at all.
+    pub promoted_warm: usize,
+    pub promoted_untouched: usize,
     /// The program's counted accesses on top-tier and lower-tier frames: with the plugin's
     /// latencies, its own modelled memory time (the guest-wide clock also holds every
     /// other process's, the promoter's included).
@@ -155,15 +164,8 @@ pub fn compute(
     }
     let mut ranked: Vec<(u64, u64)> = per_page.iter().map(|(&v, &n)| (v, n)).collect();
     ranked.sort_by_key(|&(v, n)| (std::cmp::Reverse(n), v));
-    let mut hot = std::collections::HashSet::new();
-    let mut sum = 0u64;
-    for &(vpn, n) in &ranked {
-        if sum as f64 >= HOT_SHARE * accesses as f64 {
-            break;
-        }
-        hot.insert(vpn);
-        sum += n;
-    }
+    let (hot, sum) = fewest_holding(&ranked, HOT_SHARE, accesses);
+    let (warm, _) = fewest_holding(&ranked, WARM_SHARE, accesses);
     let on_fast = |snap: &Vec<(u64, u64)>| -> HashMap<u64, bool> {
         snap.iter().map(|&(v, p)| (v, fast(p))).collect()
     };
@@ -185,6 +187,9 @@ pub fn compute(
         .map(|(&v, _)| v)
         .collect();
     let promoted_hot = promoted.iter().filter(|v| hot.contains(v)).count();
+    let not_hot = || promoted.iter().filter(|v| !hot.contains(v));
+    let promoted_warm = not_hot().filter(|v| warm.contains(v)).count();
+    let promoted_untouched = not_hot().filter(|v| per_page[v] == 0).count();
     Ok(Truth {
         pages: per_page.len(),
         accesses,
@@ -198,9 +203,30 @@ pub fn compute(
         promoted: promoted.len(),
         promoted_hot,
         over_promotion_pct: 100.0 * (promoted.len() - promoted_hot) as f64 / hot.len() as f64,
+        warm_pages: warm.len(),
+        promoted_warm,
+        promoted_untouched,
         app_fast_accesses,
         app_slow_accesses,
     })
+}
+
+/// The fewest pages of `ranked` (hottest first) holding `share` of `accesses`, and their sum.
+fn fewest_holding(
+    ranked: &[(u64, u64)],
+    share: f64,
+    accesses: u64,
+) -> (std::collections::HashSet<u64>, u64) {
+    let mut set = std::collections::HashSet::new();
+    let mut sum = 0u64;
+    for &(vpn, n) in ranked {
+        if sum as f64 >= share * accesses as f64 {
+            break;
+        }
+        set.insert(vpn);
+        sum += n;
+    }
+    (set, sum)
 }
 
 /// DUMPs the plugin's counts and prints the truth for the snapshots as one line of JSON.
@@ -219,7 +245,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
     let t = compute(&counts, &snaps, fast)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
@@ -231,6 +257,9 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         t.promoted,
         t.promoted_hot,
         t.over_promotion_pct,
+        t.warm_pages,
+        t.promoted_warm,
+        t.promoted_untouched,
         t.app_fast_accesses,
         t.app_slow_accesses,
         (t.app_fast_accesses * FAST_MODEL_NS + t.app_slow_accesses * SLOW_MODEL_NS) as f64 / 1e6,
@@ -261,8 +290,26 @@ mod tests {
         assert_eq!(t.hot_slow_at_start, 2);
         assert_eq!((t.promoted, t.promoted_hot), (2, 1));
         assert_eq!(t.over_promotion_pct, 50.0);
+        // 95 % of 100 is reached after A, B and C (95): C, the one page promoted but not hot,
+        // was nearly hot; none promoted was untouched.
+        assert_eq!(t.warm_pages, 3);
+        assert_eq!((t.promoted_warm, t.promoted_untouched), (1, 0));
         // Frames below 100 are fast: 20 (A's fast frame) + 15 (C's); the rest slow.
         assert_eq!((t.app_fast_accesses, t.app_slow_accesses), (35, 65));
+    }
+
+    /// By hand: A (vpn 1, 10 accesses) stays on slow frame 100; B (vpn 2) moves from slow
+    /// frame 101 to fast frame 11 with no access at all. The hot set and the 95 % set are
+    /// {A}; B is over-promotion (100 %), untouched, not warm.
+    #[test]
+    fn a_promoted_page_nobody_touched_is_counted_apart() {
+        let start = vec![(1, 100), (2, 101)];
+        let end = vec![(1, 100), (2, 11)];
+        let t = compute(&[(100, 10)], &[start, end], |pfn| pfn < 100).unwrap();
+        assert_eq!((t.hot_pages, t.warm_pages), (1, 1));
+        assert_eq!((t.promoted, t.promoted_hot), (1, 0));
+        assert_eq!(t.over_promotion_pct, 100.0);
+        assert_eq!((t.promoted_warm, t.promoted_untouched), (0, 1));
     }
 
     #[test]
