@@ -129,6 +129,8 @@ fifo=/run/pghot-ibs.fifo
 # pghotd_start SOURCE: the installed service, watching the program only, SOURCE its source.
 pghotd_start() {
 	printf '%s\n' "enabled_sources = [$1]" "pids = [$app_pid]" > /etc/pghotd/pghotd.toml
+	# --pghotd-set: the lines the run asked for, the same for every app.
+	[ -z "${RIG_PGHOTD_SET:-}" ] || printf '%s\n' "$RIG_PGHOTD_SET" >> /etc/pghotd/pghotd.toml
 	systemctl start pghotd || err "pghotd did not start"
 	promoter_pid=$(systemctl show -P MainPID pghotd)
 }

@@ -63,6 +63,10 @@ Options:
   --period N            --app: the plugin's IBS op sampling period, user-mode memory
                         operations per sample per vCPU (default 10000 / D: the seed's IBS
                         period at the dilation, 200 at the default D = 50)
+  --pghotd-set 'KEY = VALUE'
+                        --app: a line added to /etc/pghotd/pghotd.toml for the pghotd-*
+                        scenarios (repeatable; every other setting stays at its default);
+                        checked on the host with pghotd --check-config first
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
@@ -94,6 +98,7 @@ period=
 cache_kb=1024
 hot_keys=2048
 pipeline=16
+pghotd_set=()
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -117,6 +122,7 @@ while [ $# -gt 0 ]; do
 	--cache-kb) need_arg "$@"; cache_kb=$2; shift ;;
 	--hot-keys) need_arg "$@"; hot_keys=$2; shift ;;
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
+	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -175,6 +181,15 @@ if [ -z "$deb" ]; then
 	deb=$("$repo/packaging/build-packages.sh" | sed -n 1p) || die "packaging/build-packages.sh failed"
 fi
 [ -s "$deb" ] || die "$deb: no such .deb"
+if [ ${#pghotd_set[@]} -gt 0 ]; then
+	# The packaged pghotd judges the lines, so a typo stops the run here, not in the guest.
+	check=$(mktemp -d)
+	dpkg-deb -x "$deb" "$check" || die "$deb: dpkg-deb -x failed"
+	printf '%s\n' "${pghotd_set[@]}" > "$check/pghotd.toml"
+	"$check/usr/bin/pghotd" --config "$check/pghotd.toml" --check-config > /dev/null 2> "$check/err" ||
+		die "--pghotd-set: $(cat "$check/err")"
+	rm -rf "$check"
+fi
 if [ -z "$workload_bin" ]; then
 	log "building a static pghot-workload"
 	(cd "$repo" && CARGO_TARGET_DIR=$target_dir RUSTFLAGS='-C target-feature=+crt-static' \
@@ -264,6 +279,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_SLOW_NS=$slow_ns"
 	echo "RIG_FAST_NS=$fast_ns"
 	echo "RIG_PERIOD=$period"
+	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
 	# memcached: all 256 Ki keys of 1 KiB in random order (~300 MB of slabs), then multi-gets
