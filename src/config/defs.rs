@@ -115,6 +115,19 @@ pub static SETTINGS: &[Setting] = &[
     .help("Migrators wake at least this often [default: {default}]")
     .doc("migrators wake at least this often")
     .runtime(),
+    Setting::int(
+        "migrate_hold_ms",
+        0,
+        60_000,
+        field!(migrator.migrate_hold_ms),
+    )
+    .flag("migrate-hold-ms", "MS")
+    .help(
+        "Fewer than migrate_batch candidates wait up to this long to share one move_pages \
+             call: each call interrupts every CPU [default: {default}]",
+    )
+    .doc("fewer than migrate_batch candidates wait up to this long to share one move_pages call")
+    .runtime(),
     Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
         .flag("migrate-batch", "N")
         .help("Migrators also wake when this many candidates wait [default: {default}]")

@@ -16,6 +16,7 @@ use crate::topology::NodeId;
 impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Promotes a batch; every candidate ends in exactly one counter.
     pub fn process(&mut self, batch: &mut Vec<Candidate>) {
+        self.free_in_batch.clear();
         if self.paused.load(Ordering::Relaxed) {
             // Paused: candidates are still counted and stay eligible; nothing moves.
             self.held_back(batch, Counter::PgpromotePaused);
@@ -87,7 +88,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             return usize::MAX;
         };
         let reserve_kb = node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100;
-        match self.free.free_kb(to) {
+        match self.free_kb_in_batch(to) {
             Ok(free_kb) => {
                 let room_kb = free_kb.saturating_sub(reserve_kb);
                 usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
@@ -100,6 +101,17 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 usize::MAX
             }
         }
+    }
+
+    /// The destination's free memory: read at its first use in a batch, then that reading
+    /// less what the batch promoted there (see `free_in_batch`).
+    fn free_kb_in_batch(&mut self, to: NodeId) -> Result<u64, crate::topology::TopologyError> {
+        if let Some(&(_, kb)) = self.free_in_batch.iter().find(|(n, _)| *n == to) {
+            return Ok(kb);
+        }
+        let kb = self.free.free_kb(to)?;
+        self.free_in_batch.push((to, kb));
+        Ok(kb)
     }
 
     fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
@@ -193,6 +205,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 
     fn promoted(&mut self, c: &Candidate) {
+        if let Some((_, kb)) = self.free_in_batch.iter_mut().find(|(n, _)| *n == c.to_node) {
+            *kb = kb.saturating_sub(c.bytes / 1024);
+        }
         self.group.promoted_pages += 1;
         self.group.promoted_bytes += c.bytes;
         self.stats.add_promoted(c.to_node, 1, c.bytes);

@@ -52,6 +52,8 @@ use ratelimit::{Clock, RateLimits};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MigratorConfig {
     pub migrate_interval_ms: u32,
+    /// How long fewer than `migrate_batch` candidates may wait for more (see `thread.rs`).
+    pub migrate_hold_ms: u32,
     pub migrate_batch: usize,
     pub promote_rate_limit_mbps: u64,
     /// Keep at least this percentage of the destination's memory free.
@@ -70,6 +72,7 @@ impl Default for MigratorConfig {
     fn default() -> Self {
         MigratorConfig {
             migrate_interval_ms: 100,
+            migrate_hold_ms: 1000,
             migrate_batch: 512,
             promote_rate_limit_mbps: 65536,
             promote_min_free_pct: 2,
@@ -161,6 +164,11 @@ pub struct Migrator<M: Mover, C: Clock> {
     admission: Option<Box<dyn Admit>>,
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,
+    /// Free kB of each destination read during the batch being processed, less what the
+    /// batch has promoted there since: one read per destination and batch. A node's
+    /// meminfo sums per-CPU counters in the kernel (drivers/base/node.c `node_read_meminfo`)
+    /// and costs more than moving the page or two a trickle of candidates brings.
+    free_in_batch: Vec<(NodeId, u64)>,
     /// Heat of recent candidates, for the capacity-aware cut.
     heat_cut: HeatCut,
     demoter: Demoter,
@@ -202,6 +210,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             limits,
             table,
             free: Arc::clone(&topology) as Arc<dyn FreeMemory>,
+            free_in_batch: Vec::new(),
             demotes_from: demote::fast_nodes_of(&topology, node),
             topology,
             stats,

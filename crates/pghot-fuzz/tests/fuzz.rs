@@ -160,6 +160,7 @@ const CONFIG_KEYS: &[&str] = &[
     "promote_rate_limit_MBps",
     "promote_min_free_pct",
     "migrate_interval_ms",
+    "migrate_hold_ms",
     "migrate_batch",
     "max_tracked_pages",
     "heat_halflife_ms",

@@ -95,3 +95,26 @@ fn the_heat_cut_keeps_room_for_hotter_pages_across_batches() {
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 6);
     assert_eq!(outcomes(&rig), 46);
 }
+
+/// Free memory is read once per destination and batch; the groups after the first see that
+/// reading less what the batch moved. By hand: room for three 4 KiB pages above the reserve
+/// (12 kB); pid 10 offers two pages, pid 11 two more in the same batch. Pid 10's group takes
+/// two (8 kB), pid 11's sees 4 kB of room: one page moves and one is held at the watermark.
+/// The fake's memory never shrinks, so before this each group saw 12 kB and all four moved.
+#[test]
+fn one_free_memory_read_per_batch_less_what_the_batch_moved() {
+    let (mut rig, free) = rig_with_free(MigratorConfig::default());
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 3 * 4);
+    map(&rig, 10, 0..2);
+    map(&rig, 11, 0..2);
+    let mut batch: Vec<_> = (0..2).map(|p| cand(10, p, 0)).collect();
+    batch.extend((0..2).map(|p| cand(11, p, 0)));
+    rig.migrator.process(&mut batch);
+    assert_eq!(free.1.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 1);
+    // The next batch reads again.
+    let mut next = vec![cand(11, 1, 0)];
+    rig.migrator.process(&mut next);
+    assert_eq!(free.1.load(std::sync::atomic::Ordering::Relaxed), 2);
+}

@@ -102,12 +102,16 @@ fn outcomes(rig: &Rig) -> u64 {
     .sum()
 }
 
-/// Free memory set by the test.
+/// Free memory set by the test; counts its reads.
 #[derive(Default)]
-struct FakeFree(parking_lot::Mutex<std::collections::HashMap<NodeId, u64>>);
+struct FakeFree(
+    parking_lot::Mutex<std::collections::HashMap<NodeId, u64>>,
+    std::sync::atomic::AtomicU64,
+);
 
 impl FreeMemory for FakeFree {
     fn free_kb(&self, node: NodeId) -> Result<u64, crate::topology::TopologyError> {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(*self.0.lock().get(&node).unwrap_or(&(1 << 30)))
     }
 }
