@@ -203,6 +203,7 @@ info "$RIG_APP pid $app_pid before migratepages: fast/slow MB $(node_mb "$app_pi
 migratepages "$app_pid" 0,1 2 || err "migratepages $app_pid 0,1 2 failed"
 read -r fast0 slow0 <<< "$(node_mb "$app_pid")"
 info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
+info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep -E '^(AnonHugePages|THPeligible)' "/proc/$app_pid/smaps_rollup" 2> /dev/null | tr -s ' ' | paste -sd' ') $(grep -c 'THPeligible: *1' "/proc/$app_pid/smaps" 2> /dev/null) THP-eligible mappings"
 # The plugin booted disarmed: from here on every access is counted and the slow node is slow,
 # the same for every promoter (the load and the move to node 2 ran at the emulator's speed).
 [ "$(ctl ARM)" = OK ] || err "the plugin refused ARM"
@@ -235,6 +236,8 @@ relay_cpu=
 truth=$(/opt/pghot-rig/pgibs-guest truth "${snaps[@]}" | sed -n 's/^PGIBS-GROUND //p')
 [ -n "$truth" ] || err "no ground truth (pgibs-guest truth failed)"
 info "ground truth: ${truth:-none}"
+# The program's mappings, to place the truth's untouched_examples.
+sed "s/^/rig: maps: /" "/proc/$app_pid/maps" 2> /dev/null | head -n 80
 relay='null'
 if [ -n "$relay_pid" ]; then
 	info "relay: $(cat "$work/relay.stats" 2> /dev/null) $(tail -n 3 "$work/relay.out")"

@@ -118,6 +118,8 @@ pub struct Truth {
     /// counted access in the phase at all.
     pub promoted_warm: usize,
     pub promoted_untouched: usize,
+    /// The first few untouched promoted pages (virtual page numbers), to find their mapping.
+    pub untouched_examples: Vec<u64>,
     /// The program's counted accesses on top-tier and lower-tier frames: with the plugin's
     /// latencies, its own modelled memory time (the guest-wide clock also holds every
     /// other process's, the promoter's included).
@@ -189,7 +191,10 @@ pub fn compute(
     let promoted_hot = promoted.iter().filter(|v| hot.contains(v)).count();
     let not_hot = || promoted.iter().filter(|v| !hot.contains(v));
     let promoted_warm = not_hot().filter(|v| warm.contains(v)).count();
-    let promoted_untouched = not_hot().filter(|v| per_page[v] == 0).count();
+    let mut untouched: Vec<u64> = not_hot().filter(|v| per_page[v] == 0).copied().collect();
+    untouched.sort_unstable();
+    let promoted_untouched = untouched.len();
+    untouched.truncate(12);
     Ok(Truth {
         pages: per_page.len(),
         accesses,
@@ -206,6 +211,7 @@ pub fn compute(
         warm_pages: warm.len(),
         promoted_warm,
         promoted_untouched,
+        untouched_examples: untouched,
         app_fast_accesses,
         app_slow_accesses,
     })
@@ -245,7 +251,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
     let t = compute(&counts, &snaps, fast)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
@@ -260,6 +266,11 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         t.warm_pages,
         t.promoted_warm,
         t.promoted_untouched,
+        t.untouched_examples
+            .iter()
+            .map(|v| format!("\"{:#x}\"", v << 12))
+            .collect::<Vec<_>>()
+            .join(","),
         t.app_fast_accesses,
         t.app_slow_accesses,
         (t.app_fast_accesses * FAST_MODEL_NS + t.app_slow_accesses * SLOW_MODEL_NS) as f64 / 1e6,
