@@ -124,7 +124,8 @@ pub static SETTINGS: &[Setting] = &[
     .flag("migrate-hold-ms", "MS")
     .help(
         "Fewer than migrate_batch candidates wait up to this long to share one move_pages \
-             call: each call interrupts every CPU [default: {default}]",
+             call: each call flushes the process's TLB on every CPU it runs on \
+             [default: {default}]",
     )
     .doc("fewer than migrate_batch candidates wait up to this long to share one move_pages call")
     .runtime(),

@@ -140,10 +140,13 @@ fn run<M: Mover, C: Clock>(
     }
 }
 
-/// A trickle of candidates waits to share one move_pages call. Every call that moves pages
-/// interrupts every CPU, whichever process it moves: do_pages_move brackets its work with
-/// lru_cache_disable, which runs synchronize_rcu_expedited and an LRU drain on each CPU
-/// (mm/migrate.c, mm/swap.c). A program sampled sparsely offers a page or two per interval;
+/// A trickle of candidates waits to share one move_pages call. Every call that moves a
+/// process's pages shoots down its TLB on every CPU it runs on, once per call
+/// (mm/migrate.c `migrate_pages_batch` unmaps with TTU_BATCH_FLUSH, mm/rmap.c
+/// `try_to_unmap_flush`), and drains the LRU caches of every CPU (mm/swap.c
+/// `lru_cache_disable`). In the QEMU rig 150 calls moving 8192 cold pages slowed the workload
+/// 8-13 % and 38 calls 0-4 % (BENCHMARKS.md, "Time to 99 % against NUMAB2: the bar met").
+/// A program sampled sparsely offers a page or two per interval;
 /// in the Debian guest, Redis at 13 candidates a second served 25 % fewer GETs with a call per
 /// 100 ms interval than with one per second (BENCHMARKS.md, "Redis on the Debian guest").
 /// A flood is not held: `migrate_batch` waiting wakes the migrator at once.
