@@ -186,8 +186,11 @@ if [ ${#pghotd_set[@]} -gt 0 ]; then
 	check=$(mktemp -d)
 	dpkg-deb -x "$deb" "$check" || die "$deb: dpkg-deb -x failed"
 	printf '%s\n' "${pghotd_set[@]}" > "$check/pghotd.toml"
-	"$check/usr/bin/pghotd" --config "$check/pghotd.toml" --check-config > /dev/null 2> "$check/err" ||
-		die "--pghotd-set: $(cat "$check/err")"
+	if ! "$check/usr/bin/pghotd" --config "$check/pghotd.toml" --check-config > /dev/null 2> "$check/err"; then
+		why=$(cat "$check/err")
+		rm -rf "$check"
+		die "--pghotd-set: $why"
+	fi
 	rm -rf "$check"
 fi
 if [ -z "$workload_bin" ]; then

@@ -29,8 +29,9 @@ const RESCAN: Duration = Duration::from_millis(500);
 /// up and writes several records per system call rather than one (the plugin flushes every
 /// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
 /// whatever it holds (a Redis phase: 25,658 batches of 2.4 records at 4 ms, 1015 us each,
-/// 24 s of the relay's CPU in 120 s), and that CPU is taken from the program's vCPUs. 10 ms
-/// halves the batches; a sample still reaches pghotd well within the 100 ms a real IBS
+/// 24 s of the relay's CPU in 120 s), and that CPU is taken from the program's vCPUs. At 10 ms
+/// the same phase took 10,356 batches of 5.4 records and 16.5 s (BENCHMARKS.md, "Redis on the
+/// Debian guest: what pghotd cost the guest"); a sample still reaches pghotd well within the 100 ms a real IBS
 /// sampler's poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
 const GATHER: Duration = Duration::from_millis(10);
 /// How often the figures are written to the stats file.
