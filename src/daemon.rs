@@ -504,7 +504,8 @@ fn start_migrators(
         );
         let migrator = pipeline
             .migrator(node, mover, clock.clone(), limits.clone())
-            .with_pause(Arc::clone(paused));
+            .with_pause(Arc::clone(paused))
+            .with_folios(Box::new(SysThp::system()));
         let migrator = match &pipeline.admission {
             Some(a) => migrator.with_admission(Box::new(AdmissionGate::new(
                 Arc::clone(a),

@@ -375,6 +375,10 @@ counters! {
     /// there after it was split again (`thp_recollapsed`): not moved, since moving one
     /// address moves its whole folio; offered again on their next sample.
     PgpromoteDeferredRecollapsed => "pgpromote_deferred_recollapsed" as Metric::of(&PROMOTE_OUTCOMES, "deferred_recollapsed"),
+    /// Candidates in a large folio too sparse to move whole: fewer than
+    /// `promote_thp_min_seen_pct` of its pages have samples (splitting off); offered again on
+    /// their next sample.
+    PgpromoteDeferredSparseFolio => "pgpromote_deferred_sparse_folio" as Metric::of(&PROMOTE_OUTCOMES, "deferred_sparse_folio"),
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio" as Metric::of(&PROMOTE_OUTCOMES, "same_folio"),
     /// Deferred: a write-heavy page while its node's traffic is read-dominant.
@@ -401,6 +405,9 @@ counters! {
     ThpSubfoliosLeft => "thp_subfolios_left" as Metric::of(&THP_SUBFOLIOS, "left"),
     /// Hot subfolios promoted without a candidate of their own; each also ends in an outcome.
     ThpSplitRiders => "thp_split_riders" as Metric::count("thp_split_riders"),
+    /// Candidates charged at 4 KiB because their folio's size could not be read (the
+    /// process exited, or page frame numbers are hidden: no CAP_SYS_ADMIN).
+    FolioSizeUnknown => "folio_size_unknown" as Metric::count("folio_size_unknown"),
     /// Large folios promoted whole (PMD THPs, one address each).
     ThpWholePromotions => "thp_whole_promotions" as Metric::count("thp_whole_promotions"),
     /// Whole: the slow node's bandwidth is under `split_contention_MBps`.
@@ -551,6 +558,7 @@ impl Counter {
         Counter::PgpromoteDeferredFewSamples,
         Counter::PgpromoteDeferredSparse,
         Counter::PgpromoteDeferredRecollapsed,
+        Counter::PgpromoteDeferredSparseFolio,
         Counter::PgpromoteSameFolio,
     ];
 

@@ -167,6 +167,8 @@ fn replay_of_a_live_process_reaches_the_kernel_and_accounts_every_page() {
             ("pgpromote_fail_not_present", 1),
             ("pgpromote_fail_fault", 1),
             ("pgpromote_fail_no_process", 1),
+            // The exited process's candidate: its pagemap is gone, so its folio is unknown.
+            ("folio_size_unknown", 1),
         ],
     );
     // One query per (pid) group, no move: nothing was on a lower tier.

@@ -6,6 +6,7 @@
 //! is exercised in the QEMU rig (`tests/vm/rig.sh pghotd-thp-split`).
 
 use pghotd::admission::thp::{REGION_BYTES, SysThp, ThpKernel};
+use pghotd::migrator::folios::{Folio, FolioMap};
 
 const BUF: usize = 2 * REGION_BYTES as usize;
 
@@ -85,6 +86,37 @@ fn pmd_thps_read_back_as_512_page_folios() {
     }
     eprintln!("THPs: smaps says {kernel_thps}, pagemap/kpageflags say {ours}");
     assert_eq!(ours, kernel_thps);
+    // The migrator's folio sizes (`FolioMap`) for one page of each region, and one more page
+    // of the first: a THP's pages name its start and 512 pages, a base page none.
+    let pages = [
+        start + 5 * 4096,
+        start + 300 * 4096,
+        start + REGION_BYTES + 7 * 4096,
+    ];
+    let folios = sys
+        .large_folios(std::process::id(), &pages)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut sized = 0;
+    for (&v, folio) in pages.iter().zip(&folios) {
+        let region = v & !(REGION_BYTES - 1);
+        let whole = sys.region(std::process::id(), region).unwrap().pages[0].order() == 9;
+        if whole {
+            assert_eq!(
+                *folio,
+                Some(Folio {
+                    start: region,
+                    pages: 512
+                }),
+                "{v:#x}"
+            );
+            sized += 1;
+        } else {
+            assert!(folio.is_none_or(|f| f.pages < 512), "{v:#x}: {folio:?}");
+        }
+    }
+    if ours == 2 {
+        assert_eq!(sized, 3, "both regions are THPs");
+    }
     // SAFETY: unmaps exactly the mapping made above; nothing refers to it any more.
     unsafe { libc::munmap(ptr, BUF + REGION_BYTES as usize) };
 }

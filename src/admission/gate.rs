@@ -539,6 +539,10 @@ pub(super) fn defer(
 }
 
 impl<K: ThpKernel> Admit for AdmissionGate<K> {
+    fn sizes_folios(&self) -> bool {
+        self.admission.split_enabled()
+    }
+
     fn recheck(&mut self, group: &mut Vec<Candidate>, table: &HotTable, stats: &Stats) {
         AdmissionGate::recheck(self, group, table, stats);
     }

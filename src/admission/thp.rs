@@ -14,6 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::split::SUBPAGES;
+use crate::migrator::folios::{Folio, FolioError, FolioMap};
 
 /// pagemap: page present.
 const PM_PRESENT: u64 = 1 << 63;
@@ -382,6 +383,43 @@ impl ThpKernel for SysThp {
                 }
             }
         })
+    }
+}
+
+/// The migrator's folio sizes (`migrator::folios`) when no admission sizes them: one
+/// pagemap span and one kpageflags entry per page asked about ([`ThpKernel::in_large_folio`]),
+/// then one region read per 2 MiB region holding a large folio, for its extent (an mTHP is
+/// aligned to its size, so it never crosses a region).
+impl FolioMap for SysThp {
+    fn large_folios(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<Option<Folio>>, FolioError> {
+        let large = self.in_large_folio(pid, vaddrs).map_err(folio_error)?;
+        let mut out = Vec::with_capacity(vaddrs.len());
+        let mut region: Option<Region> = None;
+        for (&v, &is_large) in vaddrs.iter().zip(&large) {
+            if !is_large {
+                out.push(None);
+                continue;
+            }
+            let start = v & !(REGION_BYTES - 1);
+            let r = match region.take() {
+                Some(r) if r.start == start => r,
+                _ => self.region(pid, start).map_err(folio_error)?,
+            };
+            out.push(r.folio_of(v).filter(|f| f.order() > 0).map(|f| Folio {
+                start: start + u64::from(f.folio_start) * PAGE_SIZE,
+                pages: u32::from(f.folio_pages),
+            }));
+            region = Some(r);
+        }
+        Ok(out)
+    }
+}
+
+/// A process's pagemap failing is that process's; anything else is the machine's.
+fn folio_error(e: ThpError) -> FolioError {
+    match e {
+        ThpError::Pagemap { .. } => FolioError::Process(e.to_string()),
+        _ => FolioError::Unavailable(e.to_string()),
     }
 }
 

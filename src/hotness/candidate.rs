@@ -19,7 +19,8 @@ pub struct Candidate {
     pub key: PageKey,
     pub from_node: NodeId,
     pub to_node: NodeId,
-    /// Bytes the move is charged at: the base page (the folio size is not known here).
+    /// Bytes the move is charged at: 4 KiB when made (the folio is not known on the sample
+    /// path); the migrator, or admission, sets the size of the folio move_pages will move.
     pub bytes: u64,
     pub source: SourceKind,
 }

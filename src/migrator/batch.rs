@@ -35,6 +35,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 admission.admit(batch, &self.table, &self.stats, &of);
             }
         }
+        if self.sizes_folios() {
+            self.size_folios(batch);
+        }
         // Groups are also by size: admission charges folios at their size, and a group's
         // watermark and rate limit count in units of one size.
         batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.bytes, c.key.vaddr()));
@@ -185,7 +188,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Counts pages that failed for a reason that may pass (rate limit, watermark, a busy or
     /// unallocatable page) and makes them eligible again, so their next sample offers them
     /// anew instead of waiting for their window to expire.
-    fn held_back(&self, pages: &[Candidate], counter: Counter) {
+    pub(super) fn held_back(&self, pages: &[Candidate], counter: Counter) {
         self.stats.add(counter, pages.len() as u64);
         for c in pages {
             self.table.unqueue(c.key);

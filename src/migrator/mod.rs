@@ -2,7 +2,9 @@
 //!
 //! Each takes the candidates of its node from a bounded queue (full: the candidate is counted
 //! as `pgpromote_queue_full` and stays eligible), wakes every `migrate_interval_ms` or when
-//! `migrate_batch` wait, groups them by (pid, destination), and for each group:
+//! `migrate_batch` wait, charges each candidate at the size of the folio move_pages will move
+//! (`folios.rs`; admission does it when it splits THPs), groups them by (pid, destination,
+//! size), and for each group:
 //!
 //! 1. holds back what would take the destination under its free-memory watermark;
 //! 2. holds back what exceeds the destination's token bucket (`promote_rate_limit_MBps`);
@@ -20,7 +22,7 @@
 //! a trace needs no live processes.
 //!
 //! Files: this one holds the types and the [`Migrator`]'s construction; `batch.rs` is what
-//! happens to one batch (steps 1-4 above), `maintain.rs` the once-per-interval work (heat
+//! happens to one batch (steps 1-4 above), `folios.rs` the folio sizes before them, `maintain.rs` the once-per-interval work (heat
 //! decay, audit, demotion), `thread.rs` the `pghot-mig/nodeN` thread and its
 //! [`MigratorHandle`].
 
@@ -28,6 +30,7 @@ pub mod audit;
 mod batch;
 pub mod capacity;
 pub mod demote;
+pub mod folios;
 mod maintain;
 pub mod ratelimit;
 mod thread;
@@ -66,6 +69,9 @@ pub struct MigratorConfig {
     /// Move pages other processes map too (MPOL_MF_MOVE_ALL, needs CAP_SYS_NICE): read when
     /// the daemon builds its movers (`SysMover::moving_shared`), so it takes a restart.
     pub move_shared: bool,
+    /// A large folio (THP, mTHP) moves whole only once this share of its 4 KiB pages have
+    /// samples; 0 moves it at its first candidate (see `folios`).
+    pub promote_thp_min_seen_pct: u8,
 }
 
 impl Default for MigratorConfig {
@@ -80,6 +86,7 @@ impl Default for MigratorConfig {
             demote: false,
             demote_free_pct: 5,
             move_shared: false,
+            promote_thp_min_seen_pct: 25,
         }
     }
 }
@@ -102,6 +109,12 @@ pub trait Admit: Send {
     /// folio changed since [`Admit::admit`] so that moving them would move more than they were
     /// charged, each counted and made eligible again. The gate's: a range it split that
     /// khugepaged collapsed again (`thp_recollapsed`). By default nothing is re-checked.
+    /// Whether [`Admit::admit`] charges every candidate at its folio's size (THP splitting
+    /// on); otherwise the migrator sizes the batch itself (`folios`).
+    fn sizes_folios(&self) -> bool {
+        false
+    }
+
     fn recheck(&mut self, _group: &mut Vec<Candidate>, _table: &HotTable, _stats: &Stats) {}
 
     /// (pid, 2 MiB start) of ranges this admission split that are one THP again (khugepaged)
@@ -162,6 +175,8 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Outcomes of the group being processed, folded into `pids` once per group.
     group: PidCounts,
     admission: Option<Box<dyn Admit>>,
+    /// Folio sizes of candidates (see `folios`); `None` charges every candidate at 4 KiB.
+    folios: Option<Box<dyn folios::FolioMap>>,
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,
     /// Free kB of each destination read during the batch being processed, less what the
@@ -219,6 +234,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             pids: Arc::new(PidStats::default()),
             group: PidCounts::default(),
             admission: None,
+            folios: None,
             heat_cut: HeatCut::default(),
             demoter,
             call_failures: 0,
@@ -238,6 +254,12 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Runs `admission` on each batch before it is grouped and moved.
     pub fn with_admission(mut self, admission: Box<dyn Admit>) -> Self {
         self.admission = Some(admission);
+        self
+    }
+
+    /// Sizes each batch's candidates by their folios (see `folios`).
+    pub fn with_folios(mut self, folios: Box<dyn folios::FolioMap>) -> Self {
+        self.folios = Some(folios);
         self
     }
 

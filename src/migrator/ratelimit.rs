@@ -42,6 +42,9 @@ impl Clock for MonotonicClock {
 pub struct TokenBucket {
     rate_bytes_per_s: u64,
     tokens: u64,
+    /// Bytes taken beyond the burst by an item larger than it (a THP under a limit below
+    /// 2 MiB/s), repaid by the refill before any token accrues: the long-run rate holds.
+    debt: u64,
     last: Duration,
 }
 
@@ -51,6 +54,7 @@ impl TokenBucket {
         TokenBucket {
             rate_bytes_per_s,
             tokens: rate_bytes_per_s,
+            debt: 0,
             last: now,
         }
     }
@@ -65,14 +69,35 @@ impl TokenBucket {
         let add = (u128::from(self.rate_bytes_per_s) * elapsed.as_nanos() / 1_000_000_000)
             .min(u128::from(u64::MAX)) as u64;
         if add > 0 {
-            self.tokens = self.tokens.saturating_add(add).min(self.rate_bytes_per_s);
-            self.last = now;
+            let repaid = add.min(self.debt);
+            self.debt -= repaid;
+            let tokens = self.tokens.saturating_add(add - repaid);
+            self.tokens = tokens.min(self.rate_bytes_per_s);
+            // Advance by the time the bytes took, not to `now`: the rounded-off fraction of a
+            // byte is kept for the next refill, so a bucket refilled often still fills.
+            let took_ns =
+                u128::from(add) * 1_000_000_000 / u128::from(self.rate_bytes_per_s.max(1));
+            self.last = if tokens >= self.rate_bytes_per_s {
+                now
+            } else {
+                (self.last + Duration::from_nanos(took_ns as u64)).min(now)
+            };
         }
     }
 
     /// Takes tokens for as many `unit`-byte items as it can, up to `wanted`; returns how many.
+    /// An item larger than the burst passes alone when the bucket is full, and its excess is
+    /// owed (see `debt`): otherwise a 2 MiB THP could never move under a 1 MiB/s limit.
     pub fn take_units(&mut self, now: Duration, unit: u64, wanted: usize) -> usize {
         self.refill(now);
+        if unit > self.rate_bytes_per_s {
+            if wanted == 0 || self.debt > 0 || self.tokens < self.rate_bytes_per_s {
+                return 0;
+            }
+            self.debt = unit - self.tokens;
+            self.tokens = 0;
+            return 1;
+        }
         let affordable = (self.tokens / unit.max(1)).min(wanted as u64) as usize;
         self.tokens -= affordable as u64 * unit;
         affordable
@@ -80,7 +105,12 @@ impl TokenBucket {
 
     /// Returns tokens for items that were charged but not moved.
     pub fn refund(&mut self, bytes: u64) {
-        self.tokens = self.tokens.saturating_add(bytes).min(self.rate_bytes_per_s);
+        let repaid = bytes.min(self.debt);
+        self.debt -= repaid;
+        self.tokens = self
+            .tokens
+            .saturating_add(bytes - repaid)
+            .min(self.rate_bytes_per_s);
     }
 
     pub fn tokens(&self) -> u64 {
@@ -174,6 +204,27 @@ mod tests {
         b.refund(4096);
         b.refund(1 << 20);
         assert_eq!(b.tokens(), 8192);
+    }
+
+    #[test]
+    fn an_item_larger_than_the_burst_passes_when_full_and_is_repaid_at_the_rate() {
+        // 1 MiB/s and 2 MiB items (THPs): one at t=0 leaves 1 MiB owed, repaid by t=1 s, and
+        // the bucket is full again at t=2 s: 2 MiB per 2 s, the rate (worked by hand).
+        let clock = FakeClock::default();
+        let mut b = TokenBucket::new(1 << 20, clock.now());
+        assert_eq!(b.take_units(clock.now(), 2 << 20, 3), 1);
+        assert_eq!(b.take_units(clock.now(), 4096, 1), 0);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(b.tokens(), 0);
+        assert_eq!(b.take_units(clock.now(), 2 << 20, 1), 0);
+        clock.advance(Duration::from_millis(999));
+        assert_eq!(b.take_units(clock.now(), 2 << 20, 1), 0);
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(b.take_units(clock.now(), 2 << 20, 1), 1);
+        // A refund of an item that did not move pays the debt first, then fills the bucket.
+        b.refund(2 << 20);
+        assert_eq!(b.tokens(), 1 << 20);
+        assert_eq!(b.take_units(clock.now(), 4096, 1), 1);
     }
 
     #[test]

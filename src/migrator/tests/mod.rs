@@ -4,6 +4,7 @@
 mod batch;
 mod capacity;
 mod faults;
+mod folios;
 mod maintain;
 mod thread;
 

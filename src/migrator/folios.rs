@@ -1,0 +1,193 @@
+//! Folio sizes, for a batch that no admission has sized (`admission.split` off).
+//!
+//! move_pages(2) moves whole folios: `add_folio_for_migration()` (mm/migrate.c, Linux 6.12)
+//! isolates the folio of the address it is given, and `migrate_pages()` copies all of it. With
+//! THP `always` (Debian's default), one sampled 4 KiB page of a THP moves 2 MiB. Charged at
+//! 4 KiB, such a move passed the rate limit and the watermark at 1/512 of its size, was counted
+//! as 4 KiB in `pgpromote_bytes`, and moved whatever cold subpages the THP held: on the Debian
+//! guest, memcached's 808 candidates moved 24,165 pages (BENCHMARKS.md, "memcached on the
+//! Debian guest").
+//!
+//! So each candidate is looked up (pagemap and kpageflags, `admission::thp::SysThp`): a
+//! candidate in a large folio is charged at the folio's size, one candidate per folio moves it
+//! (the others are counted `pgpromote_same_folio`), and a folio moves whole only once at least
+//! `promote_thp_min_seen_pct` of its 4 KiB pages have samples in the table; until then its
+//! candidates wait (`pgpromote_deferred_sparse_folio`), offered again by their next sample.
+
+use super::Migrator;
+use super::ratelimit::Clock;
+use crate::hotness::candidate::Candidate;
+use crate::hotness::{HotTable, PageKey};
+use crate::movepages::Mover;
+use crate::stats::Counter;
+
+/// Bytes of a base page.
+const PAGE_BYTES: u64 = 4096;
+/// Pages of a PMD THP (2 MiB on x86-64), counted in `thp_whole_promotions`.
+const PMD_PAGES: u32 = 512;
+
+/// A large folio: its first address and its size in 4 KiB pages (2..=512, a power of two).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Folio {
+    pub start: u64,
+    pub pages: u32,
+}
+
+impl Folio {
+    pub fn bytes(&self) -> u64 {
+        u64::from(self.pages) * PAGE_BYTES
+    }
+}
+
+/// Why folio sizes could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FolioError {
+    /// This process's pagemap (it exited, or is another's to read): its candidates go on at
+    /// 4 KiB and their move says what became of them.
+    #[error("{0}")]
+    Process(String),
+    /// Not on this machine (no page frame numbers without CAP_SYS_ADMIN, no kpageflags): sizing
+    /// is off for the rest of the run.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// Where folio sizes come from: the kernel (`SysThp`), or a fake in tests.
+pub trait FolioMap: Send {
+    /// For each of `vaddrs` (sorted) of `pid`, the large folio that holds it; `None` for a
+    /// base page or a page not present.
+    fn large_folios(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<Option<Folio>>, FolioError>;
+}
+
+/// Of a folio's pages, how many have samples in the table.
+fn seen_pages(table: &HotTable, pid: u32, folio: Folio) -> u32 {
+    (0..u64::from(folio.pages))
+        .filter_map(|i| PageKey::new(pid, folio.start + i * PAGE_BYTES))
+        .filter(|&key| table.get(key).is_some_and(|e| e.count() > 0))
+        .count() as u32
+}
+
+/// Whether a folio of `pages` with `seen` sampled pages is dense enough to move whole.
+fn dense_enough(seen: u32, pages: u32, min_seen_pct: u8) -> bool {
+    u64::from(seen) * 100 >= u64::from(pages) * u64::from(min_seen_pct)
+}
+
+impl<M: Mover, C: Clock> Migrator<M, C> {
+    /// Whether the migrator sizes folios itself: it has a folio map and no admission that
+    /// sizes them (splitting on).
+    pub(super) fn sizes_folios(&self) -> bool {
+        self.folios.is_some() && !self.admission.as_ref().is_some_and(|a| a.sizes_folios())
+    }
+
+    /// Charges each candidate of `batch` at its folio's size, keeps one candidate per folio
+    /// and defers the candidates of folios too sparse to move whole (see the module doc).
+    pub(super) fn size_folios(&mut self, batch: &mut Vec<Candidate>) {
+        batch.sort_unstable_by_key(|c| (c.key.pid(), c.key.vaddr()));
+        let mut out = Vec::with_capacity(batch.len());
+        let mut start = 0;
+        while start < batch.len() {
+            let pid = batch[start].key.pid();
+            let end = start
+                + batch[start..]
+                    .iter()
+                    .take_while(|c| c.key.pid() == pid)
+                    .count();
+            let group = &batch[start..end];
+            let vaddrs: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
+            let Some(map) = self.folios.as_mut() else {
+                out.extend_from_slice(group);
+                start = end;
+                continue;
+            };
+            match map.large_folios(pid, &vaddrs) {
+                Ok(folios) => self.charge_folios(group, &folios, &mut out),
+                Err(FolioError::Process(e)) => {
+                    tracing::debug!(pid, "folio sizes unknown, charged at 4 KiB: {e}");
+                    self.stats
+                        .add(Counter::FolioSizeUnknown, group.len() as u64);
+                    out.extend_from_slice(group);
+                }
+                Err(FolioError::Unavailable(e)) => {
+                    tracing::warn!(
+                        "folio sizes cannot be read, candidates are charged at 4 KiB and a \
+                         THP moves whole: {e}"
+                    );
+                    self.folios = None;
+                    self.stats
+                        .add(Counter::FolioSizeUnknown, group.len() as u64);
+                    out.extend_from_slice(group);
+                }
+            }
+            start = end;
+        }
+        *batch = out;
+    }
+
+    /// One process's candidates (sorted by address) with their folios, into `out`.
+    fn charge_folios(
+        &mut self,
+        group: &[Candidate],
+        folios: &[Option<Folio>],
+        out: &mut Vec<Candidate>,
+    ) {
+        let min_seen = self.config.promote_thp_min_seen_pct;
+        // The folio decided last, and whether it moves: a folio's candidates are adjacent.
+        let mut last: Option<(Folio, bool)> = None;
+        for (c, folio) in group.iter().zip(folios) {
+            let Some(folio) = *folio else {
+                out.push(*c);
+                continue;
+            };
+            if let Some((f, moves)) = last
+                && f == folio
+            {
+                if moves {
+                    self.stats.add(Counter::PgpromoteSameFolio, 1);
+                } else {
+                    self.held_back(
+                        std::slice::from_ref(c),
+                        Counter::PgpromoteDeferredSparseFolio,
+                    );
+                }
+                continue;
+            }
+            let moves = min_seen == 0
+                || dense_enough(
+                    seen_pages(&self.table, c.key.pid(), folio),
+                    folio.pages,
+                    min_seen,
+                );
+            last = Some((folio, moves));
+            if !moves {
+                self.held_back(
+                    std::slice::from_ref(c),
+                    Counter::PgpromoteDeferredSparseFolio,
+                );
+                continue;
+            }
+            if folio.pages >= PMD_PAGES {
+                self.stats.add(Counter::ThpWholePromotions, 1);
+            }
+            out.push(Candidate {
+                bytes: folio.bytes(),
+                ..*c
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quarter_seen_is_dense_enough_at_25_pct_and_one_page_short_is_not() {
+        // 512 * 25 / 100 = 128 pages, by hand.
+        assert!(dense_enough(128, 512, 25));
+        assert!(!dense_enough(127, 512, 25));
+        // A 16 KiB mTHP (4 pages): one sampled page is a quarter.
+        assert!(dense_enough(1, 4, 25));
+        assert!(dense_enough(0, 512, 0));
+        assert!(!dense_enough(511, 512, 100));
+    }
+}

@@ -1,0 +1,202 @@
+//! Folio sizes (`folios.rs`): a candidate in a THP is charged, rate-limited, held at the
+//! watermark and counted at the THP's size, one candidate per folio moves it, and a THP too
+//! sparsely sampled waits. Expected values are worked by hand from the sizes.
+
+use super::*;
+use crate::migrator::folios::{Folio, FolioError, FolioMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const PID: u32 = 10;
+/// 2 MiB in 4 KiB pages: a PMD THP on x86-64.
+const THP: u32 = 512;
+
+/// Large folios of `PID` by hand; counts the lookups.
+struct FakeFolios {
+    folios: Vec<Folio>,
+    unavailable: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl FolioMap for FakeFolios {
+    fn large_folios(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<Option<Folio>>, FolioError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        if self.unavailable {
+            return Err(FolioError::Unavailable(
+                "kpageflags: permission denied".into(),
+            ));
+        }
+        Ok(vaddrs
+            .iter()
+            .map(|&v| {
+                self.folios
+                    .iter()
+                    .find(|f| pid == PID && v >= f.start && v < f.start + f.bytes())
+                    .copied()
+            })
+            .collect())
+    }
+}
+
+/// A rig whose pid 10 has a THP at pages 512..1024 and a 64 KiB mTHP at pages 16..32; pages
+/// 0..16 are base pages.
+fn folio_rig(config: MigratorConfig, unavailable: bool) -> (Rig, Arc<AtomicUsize>) {
+    let mut rig = rig(config);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let folios = FakeFolios {
+        folios: vec![
+            Folio {
+                start: 512 * PAGE_SIZE,
+                pages: THP,
+            },
+            Folio {
+                start: 16 * PAGE_SIZE,
+                pages: 16,
+            },
+        ],
+        unavailable,
+        calls: Arc::clone(&calls),
+    };
+    rig.migrator = rig.migrator.with_folios(Box::new(folios));
+    map(&rig, PID, 0..1024);
+    (rig, calls)
+}
+
+fn moves_everything() -> MigratorConfig {
+    MigratorConfig {
+        promote_thp_min_seen_pct: 0,
+        ..MigratorConfig::default()
+    }
+}
+
+#[test]
+fn a_thp_candidate_is_charged_and_counted_at_2_mib_and_moves_once() {
+    let (mut rig, _) = folio_rig(moves_everything(), false);
+    // Two candidates in the THP, one in the mTHP, one base page.
+    let mut batch = vec![
+        cand(PID, 600, 0),
+        cand(PID, 513, 0),
+        cand(PID, 20, 0),
+        cand(PID, 3, 0),
+    ];
+    rig.migrator.process(&mut batch);
+    // 2 MiB + 64 KiB + 4 KiB.
+    assert_eq!(rig.stats.promoted_bytes(0), (2 << 20) + 65_536 + 4096);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+    assert_eq!(counter(&rig, Counter::PgpromoteSameFolio), 1);
+    assert_eq!(counter(&rig, Counter::ThpWholePromotions), 1);
+    // Three sizes, three groups: each one query and one move of one address; the THP's is
+    // the lowest candidate address in it (page 513).
+    let mem = rig.mover.0.lock();
+    let moved: Vec<_> = mem.calls.iter().filter(|c| c.2).map(|c| c.1).collect();
+    assert_eq!(moved, vec![1, 1, 1]);
+    assert_eq!(mem.pages[&(PID, 513 * PAGE_SIZE)], 0);
+    assert_eq!(mem.pages[&(PID, 600 * PAGE_SIZE)], SLOW);
+}
+
+#[test]
+fn the_rate_limit_charges_a_thp_its_2_mib() {
+    // 4 MiB/s: two THPs use the whole one-second burst; the third and a base page wait.
+    let (mut rig, _) = folio_rig(
+        MigratorConfig {
+            promote_rate_limit_mbps: 4,
+            ..moves_everything()
+        },
+        false,
+    );
+    let second = Folio {
+        start: 1024 * PAGE_SIZE,
+        pages: THP,
+    };
+    let third = Folio {
+        start: 1536 * PAGE_SIZE,
+        pages: THP,
+    };
+    map(&rig, PID, 1024..2048);
+    let calls = Arc::new(AtomicUsize::new(0));
+    rig.migrator.folios = Some(Box::new(FakeFolios {
+        folios: vec![
+            Folio {
+                start: 512 * PAGE_SIZE,
+                pages: THP,
+            },
+            second,
+            third,
+        ],
+        unavailable: false,
+        calls,
+    }));
+    let mut batch = vec![cand(PID, 520, 0), cand(PID, 1030, 0), cand(PID, 1600, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 1);
+    assert_eq!(rig.stats.promoted_bytes(0), 4 << 20);
+    let mut batch = vec![cand(PID, 5, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteRatelimited), 2);
+    // Half a second refills 2 MiB: the third THP moves.
+    rig.clock.advance(std::time::Duration::from_millis(500));
+    let mut batch = vec![cand(PID, 1600, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
+}
+
+#[test]
+fn the_watermark_holds_a_thp_back_when_2_mib_do_not_fit() {
+    let (mut rig, _) = folio_rig(moves_everything(), false);
+    let free = Arc::new(FakeFree::default());
+    // 1 MiB above the reserve: a 64 KiB mTHP and base pages fit, the THP does not.
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 1024);
+    rig.migrator.free = Arc::clone(&free) as Arc<dyn FreeMemory>;
+    let mut batch = vec![cand(PID, 700, 0), cand(PID, 17, 0), cand(PID, 1, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 1);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    assert_eq!(rig.stats.promoted_bytes(0), 65_536 + 4096);
+}
+
+#[test]
+fn a_sparsely_sampled_thp_waits_until_a_quarter_of_it_has_samples() {
+    let (mut rig, _) = folio_rig(MigratorConfig::default(), false);
+    assert_eq!(MigratorConfig::default().promote_thp_min_seen_pct, 25);
+    // One sampled page of 512: deferred, un-queued (its next sample offers it again).
+    assert_eq!(sample(&rig, PID, 520, 2, 1), Recorded::Candidate);
+    let mut batch = vec![cand(PID, 520, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 1);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 0);
+    assert!(!rig.table.get(cand(PID, 520, 0).key).unwrap().is_queued());
+    // 127 more sampled pages: 128 of 512 is 25 %.
+    for p in 521..648 {
+        sample(&rig, PID, p, 1, 2);
+    }
+    let mut batch = vec![cand(PID, 520, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
+    assert_eq!(rig.stats.promoted_bytes(0), 2 << 20);
+    // The 64 KiB mTHP (16 pages): its one sampled page is already 6.25 %, under 25 %; four
+    // sampled pages are 25 %.
+    sample(&rig, PID, 20, 2, 3);
+    let mut batch = vec![cand(PID, 20, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 2);
+    for p in 21..24 {
+        sample(&rig, PID, p, 1, 3);
+    }
+    let mut batch = vec![cand(PID, 20, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+}
+
+#[test]
+fn without_folio_sizes_candidates_go_on_at_4_kib_and_sizing_stops() {
+    let (mut rig, calls) = folio_rig(moves_everything(), true);
+    let mut batch = vec![cand(PID, 600, 0), cand(PID, 3, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::FolioSizeUnknown), 2);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    assert_eq!(rig.stats.promoted_bytes(0), 2 * 4096);
+    let mut batch = vec![cand(PID, 601, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(calls.load(Ordering::Relaxed), 1);
+    assert_eq!(counter(&rig, Counter::FolioSizeUnknown), 2);
+}
