@@ -55,8 +55,8 @@ pub const REGION_TTL: Duration = Duration::from_millis(100);
 /// Regions with a cached decision (about 200 bytes each); expired ones go first when full.
 pub const MAX_REGION_DECISIONS: usize = 16_384;
 /// A destination is contended when its rate-limit budget or its room above the watermark is
-/// under this: 16 whole THPs (32 MiB), the migrator's [`Headroom::CONTENDED_BYTES`].
-pub const CONTENDED_HEADROOM: u64 = Headroom::CONTENDED_BYTES;
+/// under this: 16 whole THPs (32 MiB).
+pub const CONTENDED_HEADROOM: u64 = 16 * REGION_BYTES;
 /// Hot subpages from which an uncontended sparse THP is moved whole: a quarter of it, so the
 /// whole THP moves at most 4 times its hot bytes and keeps its TLB reach.
 pub const SPARSE_WHOLE_MIN_HOT: usize = SUBPAGES / 4;
@@ -237,7 +237,7 @@ pub enum SparseChoice {
 /// hot page and 8 MiB of budget: contended, the page fits: base pages. 16 hot pages, 32 KiB of
 /// budget: contended and 64 KiB does not fit: leave.
 pub fn sparse_choice(hot: usize, h: Headroom) -> SparseChoice {
-    let contended = h.is_contended();
+    let contended = h.budget_bytes < CONTENDED_HEADROOM || h.room_bytes < CONTENDED_HEADROOM;
     let need = hot as u64 * PAGE_SIZE;
     if !contended && hot >= SPARSE_WHOLE_MIN_HOT {
         SparseChoice::Whole

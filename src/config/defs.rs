@@ -113,12 +113,11 @@ pub static SETTINGS: &[Setting] = &[
     )
     .flag("promote-thp-min-seen-pct", "PCT")
     .help(
-        "On a destination short of room or rate budget (under 32 MiB), move a THP or mTHP \
-         whole only once this percentage of its 4 KiB pages have samples; with room to spare, \
-         or at 0, it moves at its first hot page, as NUMA balancing does (with \
-         admission.split, admission decides) [default: {default}]",
+        "Move a THP or mTHP whole only once this percentage of its 4 KiB pages have samples; \
+         0 moves it at its first hot page, as NUMA balancing does (with admission.split, \
+         admission decides) [default: {default}]",
     )
-    .doc("on a destination short of room or rate budget (under 32 MiB), a THP moves whole only once this share of its 4 KiB pages have samples")
+    .doc("a THP moves whole only once this share of its 4 KiB pages have samples (0: at its first hot page)")
     .runtime(),
     Setting::int(
         "migrate_interval_ms",

@@ -64,7 +64,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 
     /// The headroom of each destination the batch names (a batch names one or a few).
-    pub(super) fn headroom(&mut self, batch: &[Candidate]) -> Vec<(NodeId, Headroom)> {
+    fn headroom(&mut self, batch: &[Candidate]) -> Vec<(NodeId, Headroom)> {
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
         let mut out: Vec<(NodeId, Headroom)> = Vec::new();
         for c in batch {

@@ -9,15 +9,10 @@
 //! Debian guest").
 //!
 //! So each candidate is looked up (pagemap and kpageflags, `admission::thp::SysThp`): a
-//! candidate in a large folio is charged at the folio's size, and one candidate per folio moves
-//! it (the others are counted `pgpromote_same_folio`). On a contended destination (under
-//! 32 MiB of rate budget or of room: `Headroom::is_contended`) a folio moves whole only once at
-//! least `promote_thp_min_seen_pct` of its 4 KiB pages have samples in the table; until then its
+//! candidate in a large folio is charged at the folio's size, one candidate per folio moves it
+//! (the others are counted `pgpromote_same_folio`), and a folio moves whole only once at least
+//! `promote_thp_min_seen_pct` of its 4 KiB pages have samples in the table; until then its
 //! candidates wait (`pgpromote_deferred_sparse_folio`), offered again by their next sample.
-//! With room to spare it moves at its first candidate, as NUMA balancing moves it: on the Debian
-//! guest, holding sparse THPs back on a roomy fast node cost Redis 8 % of modelled memory time
-//! per GET and MariaDB 15 % (BENCHMARKS.md, "THPs charged at their size"), since the cold
-//! subpages cost nothing there and a THP keeps its TLB reach (TierBPF §3.2).
 
 use super::Migrator;
 use super::ratelimit::Clock;
@@ -25,7 +20,6 @@ use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
 use crate::movepages::Mover;
 use crate::stats::Counter;
-use crate::topology::NodeId;
 
 /// Bytes of a base page.
 const PAGE_BYTES: u64 = 4096;
@@ -89,16 +83,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// and defers the candidates of folios too sparse to move whole (see the module doc).
     pub(super) fn size_folios(&mut self, batch: &mut Vec<Candidate>) {
         batch.sort_unstable_by_key(|c| (c.key.pid(), c.key.vaddr()));
-        let contended: Vec<NodeId> = if self.config.promote_thp_min_seen_pct > 0 {
-            let headroom = self.headroom(batch);
-            headroom
-                .into_iter()
-                .filter(|(_, h)| h.is_contended())
-                .map(|(n, _)| n)
-                .collect()
-        } else {
-            Vec::new()
-        };
         let mut out = Vec::with_capacity(batch.len());
         let mut start = 0;
         while start < batch.len() {
@@ -116,7 +100,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 continue;
             };
             match map.large_folios(pid, &vaddrs) {
-                Ok(folios) => self.charge_folios(group, &folios, &contended, &mut out),
+                Ok(folios) => self.charge_folios(group, &folios, &mut out),
                 Err(FolioError::Process(e)) => {
                     tracing::debug!(pid, "folio sizes unknown, charged at 4 KiB: {e}");
                     self.stats
@@ -139,13 +123,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         *batch = out;
     }
 
-    /// One process's candidates (sorted by address) with their folios, into `out`; `contended`
-    /// lists the destinations where sparse folios wait.
+    /// One process's candidates (sorted by address) with their folios, into `out`.
     fn charge_folios(
         &mut self,
         group: &[Candidate],
         folios: &[Option<Folio>],
-        contended: &[NodeId],
         out: &mut Vec<Candidate>,
     ) {
         let min_seen = self.config.promote_thp_min_seen_pct;
@@ -170,7 +152,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 continue;
             }
             let moves = min_seen == 0
-                || !contended.contains(&c.to_node)
                 || dense_enough(
                     seen_pages(&self.table, c.key.pid(), folio),
                     folio.pages,

@@ -69,9 +69,8 @@ pub struct MigratorConfig {
     /// Move pages other processes map too (MPOL_MF_MOVE_ALL, needs CAP_SYS_NICE): read when
     /// the daemon builds its movers (`SysMover::moving_shared`), so it takes a restart.
     pub move_shared: bool,
-    /// On a contended destination (see [`Headroom::is_contended`]) a large folio (THP, mTHP)
-    /// moves whole only once this share of its 4 KiB pages have samples; with room to spare,
-    /// or at 0, it moves at its first candidate (see `folios`).
+    /// A large folio (THP, mTHP) moves whole only once this share of its 4 KiB pages have
+    /// samples; 0 moves it at its first candidate (see `folios`).
     pub promote_thp_min_seen_pct: u8,
 }
 
@@ -143,16 +142,6 @@ impl Headroom {
         budget_bytes: u64::MAX,
         room_bytes: u64::MAX,
     };
-
-    /// Under this much budget or room a destination is contended: 16 whole THPs (32 MiB).
-    pub const CONTENDED_BYTES: u64 = 32 << 20;
-
-    /// Whether the destination is short of rate budget or of room: then what a move of cold
-    /// bytes costs is hot bytes that cannot move (TierBPF §3.2: large pages pay under
-    /// contention, and win on TLB reach without it).
-    pub fn is_contended(&self) -> bool {
-        self.budget_bytes < Self::CONTENDED_BYTES || self.room_bytes < Self::CONTENDED_BYTES
-    }
 }
 
 /// Messages from the daemon to a migrator thread.

@@ -155,31 +155,8 @@ fn the_watermark_holds_a_thp_back_when_2_mib_do_not_fit() {
 }
 
 #[test]
-fn with_room_to_spare_a_thp_moves_at_its_first_candidate() {
-    // The default 25 % and 64 GiB/s with 1 GiB free: not contended, so one sampled page of
-    // 512 moves the THP, as NUMA balancing would.
-    let (mut rig, _) = folio_rig(MigratorConfig::default(), false);
-    sample(&rig, PID, 520, 2, 1);
-    let mut batch = vec![cand(PID, 520, 0)];
-    rig.migrator.process(&mut batch);
-    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 0);
-    assert_eq!(counter(&rig, Counter::ThpWholePromotions), 1);
-    assert_eq!(rig.stats.promoted_bytes(0), 2 << 20);
-}
-
-#[test]
 fn a_sparsely_sampled_thp_waits_until_a_quarter_of_it_has_samples() {
-    // 16 MiB/s: a one-second budget of 16 MiB, under the 32 MiB that makes a destination
-    // contended; the watermark's room (1 GiB by the fake) is not.
-    let (mut rig, _) = folio_rig(
-        MigratorConfig {
-            promote_rate_limit_mbps: 16,
-            ..MigratorConfig::default()
-        },
-        false,
-    );
-    let free = Arc::new(FakeFree::default());
-    rig.migrator.free = Arc::clone(&free) as Arc<dyn FreeMemory>;
+    let (mut rig, _) = folio_rig(MigratorConfig::default(), false);
     assert_eq!(MigratorConfig::default().promote_thp_min_seen_pct, 25);
     // One sampled page of 512: deferred, un-queued (its next sample offers it again).
     assert_eq!(sample(&rig, PID, 520, 2, 1), Recorded::Candidate);
