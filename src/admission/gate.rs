@@ -37,11 +37,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::per_folio::DecidedOn;
-use super::split::{MIN_SPLIT_ORDER, PMD_ORDER, SplitDecision, SplitPlan};
+use super::split::{MIN_SPLIT_ORDER, SplitDecision, SplitPlan};
 use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
 use super::{Admission, duplex_admits};
 use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
+use crate::migrator::folios::{Folio, one_per_folio};
 use crate::migrator::{Admit, Headroom};
 use crate::stats::{Counter, Stats};
 use crate::topology::NodeId;
@@ -479,34 +480,29 @@ impl<K: ThpKernel> AdmissionGate<K> {
     }
 }
 
-/// One address per folio: the first candidate in each folio moves it, charged at the folio's
-/// size; later ones in the same folio are counted `pgpromote_same_folio`.
+/// One address per folio (`migrator::folios::one_per_folio`, every folio moving): the first
+/// candidate in each folio moves it, charged at the folio's size; later ones in the same folio
+/// are counted `pgpromote_same_folio`.
 pub(super) fn by_folio(
     region: &Region,
     group: &[Candidate],
     out: &mut Vec<Candidate>,
     stats: &Stats,
 ) {
-    let mut last_folio: Option<u16> = None;
-    for c in group {
-        match region.folio_of(c.key.vaddr()) {
-            Some(f) if f.order() > 0 => {
-                if last_folio == Some(f.folio_start) {
-                    stats.add(Counter::PgpromoteSameFolio, 1);
-                    continue;
-                }
-                last_folio = Some(f.folio_start);
-                if f.order() >= PMD_ORDER {
-                    stats.add(Counter::ThpWholePromotions, 1);
-                }
-                out.push(Candidate {
-                    bytes: u64::from(f.folio_pages) * PAGE_SIZE,
-                    ..*c
-                });
-            }
-            _ => out.push(*c),
-        }
-    }
+    let folios: Vec<Option<Folio>> = group
+        .iter()
+        .map(|c| {
+            region
+                .folio_of(c.key.vaddr())
+                .filter(|f| f.order() > 0)
+                .map(|f| Folio {
+                    start: region.start + u64::from(f.folio_start) * PAGE_SIZE,
+                    pages: u32::from(f.folio_pages),
+                })
+        })
+        .collect();
+    let waiting = one_per_folio(group, &folios, stats, |_, _| true, out);
+    debug_assert!(waiting.is_empty());
 }
 
 pub(super) fn split_counter(order: u8) -> Counter {

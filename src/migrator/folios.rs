@@ -25,7 +25,7 @@ use super::ratelimit::Clock;
 use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
 use crate::movepages::Mover;
-use crate::stats::Counter;
+use crate::stats::{Counter, Stats};
 
 /// Bytes of a base page.
 const PAGE_BYTES: u64 = 4096;
@@ -137,49 +137,63 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         out: &mut Vec<Candidate>,
     ) {
         let min_seen = self.config.promote_thp_min_seen_pct;
-        // The folio decided last, and whether it moves: a folio's candidates are adjacent.
-        let mut last: Option<(Folio, bool)> = None;
-        for (c, folio) in group.iter().zip(folios) {
-            let Some(folio) = *folio else {
-                out.push(*c);
-                continue;
-            };
-            if let Some((f, moves)) = last
-                && f == folio
-            {
-                if moves {
-                    self.stats.add(Counter::PgpromoteSameFolio, 1);
+        let table = &self.table;
+        let moves = |c: &Candidate, folio: Folio| {
+            min_seen == 0
+                || dense_enough(seen_pages(table, c.key.pid(), folio), folio.pages, min_seen)
+        };
+        let waiting = one_per_folio(group, folios, &self.stats, moves, out);
+        self.held_back(&waiting, Counter::PgpromoteDeferredSparseFolio);
+    }
+}
+
+/// One address per folio: the first candidate (by address) of each large folio that `moves`
+/// lets move is charged at the folio's size and moves it, later ones in it are counted
+/// `pgpromote_same_folio`; PMD THPs count in `thp_whole_promotions`. Base pages (`None`) go
+/// on as they are. Returns the candidates of folios `moves` held back, for the caller to
+/// count and un-queue. `group` is one process's, sorted by address, so a folio's candidates
+/// are adjacent; `moves` is asked once per folio. Admission's gate moves what it does not
+/// split through this too.
+pub fn one_per_folio(
+    group: &[Candidate],
+    folios: &[Option<Folio>],
+    stats: &Stats,
+    mut moves: impl FnMut(&Candidate, Folio) -> bool,
+    out: &mut Vec<Candidate>,
+) -> Vec<Candidate> {
+    let mut waiting = Vec::new();
+    // The folio decided last, and whether it moves.
+    let mut last: Option<(Folio, bool)> = None;
+    for (c, folio) in group.iter().zip(folios) {
+        let Some(folio) = *folio else {
+            out.push(*c);
+            continue;
+        };
+        let moving = match last {
+            Some((f, moving)) if f == folio => {
+                if moving {
+                    stats.add(Counter::PgpromoteSameFolio, 1);
                 } else {
-                    self.held_back(
-                        std::slice::from_ref(c),
-                        Counter::PgpromoteDeferredSparseFolio,
-                    );
+                    waiting.push(*c);
                 }
                 continue;
             }
-            let moves = min_seen == 0
-                || dense_enough(
-                    seen_pages(&self.table, c.key.pid(), folio),
-                    folio.pages,
-                    min_seen,
-                );
-            last = Some((folio, moves));
-            if !moves {
-                self.held_back(
-                    std::slice::from_ref(c),
-                    Counter::PgpromoteDeferredSparseFolio,
-                );
-                continue;
-            }
-            if folio.pages >= PMD_PAGES {
-                self.stats.add(Counter::ThpWholePromotions, 1);
-            }
-            out.push(Candidate {
-                bytes: folio.bytes(),
-                ..*c
-            });
+            _ => moves(c, folio),
+        };
+        last = Some((folio, moving));
+        if !moving {
+            waiting.push(*c);
+            continue;
         }
+        if folio.pages >= PMD_PAGES {
+            stats.add(Counter::ThpWholePromotions, 1);
+        }
+        out.push(Candidate {
+            bytes: folio.bytes(),
+            ..*c
+        });
     }
+    waiting
 }
 
 #[cfg(test)]
