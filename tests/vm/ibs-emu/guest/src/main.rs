@@ -33,6 +33,7 @@ use pghot_workload::Pattern;
 use pghot_workload::pattern::{PAGE_SIZE, Plan};
 
 mod pagemap;
+mod reach;
 mod records;
 mod relay;
 mod truth;
@@ -435,7 +436,7 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
     // --- samples ---
     let run: Vec<&Got> = got.iter().filter(|g| g.at >= reset_at).collect();
     let user = counts["fast_user"] + counts["slow_user"];
-    let interval = (period & !15) as f64 - 7.5;
+    let interval = reach::mean_interval(period);
     let expected = user as f64 / interval;
     let (mut in_buf, mut same_page, mut other_page, mut paddr_buf_vaddr_not) = (0, 0, 0, 0);
     let mut on_hot = 0;

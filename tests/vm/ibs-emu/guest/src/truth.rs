@@ -125,6 +125,22 @@ pub struct Truth {
     /// other process's, the promoter's included).
     pub app_fast_accesses: u64,
     pub app_slow_accesses: u64,
+    /// What any sampler had to tell apart: the hot pages and the others that sat on a
+    /// lower-tier node at the start, with their accesses in the phase.
+    pub contest: Contest,
+    /// Hot pages still on a lower-tier node in the last snapshot: (frame, accesses, virtual
+    /// page), in frame order.
+    pub left_hot: Vec<(u64, u64, u64)>,
+}
+
+/// The pages a promoter had to find (hot, on a lower tier at the start) and those it had to
+/// leave (the rest on a lower tier at the start), by their accesses in the phase.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Contest {
+    /// Hot pages already on a top-tier node at the start (or mapped later): placed for free.
+    pub hot_placed: usize,
+    pub hot: Vec<u64>,
+    pub other: Vec<u64>,
 }
 
 /// `counts`: (pfn, accesses) from the plugin; `snaps`: (vpn, pfn) per snapshot, oldest
@@ -189,6 +205,21 @@ pub fn compute(
         .map(|(&v, _)| v)
         .collect();
     let promoted_hot = promoted.iter().filter(|v| hot.contains(v)).count();
+    let mut left_hot: Vec<(u64, u64, u64)> = last
+        .iter()
+        .filter(|&&(v, p)| hot.contains(&v) && !fast(p))
+        .map(|&(v, p)| (p, per_page[&v], v))
+        .collect();
+    left_hot.sort_unstable();
+    let mut contest = Contest::default();
+    for (v, &n) in &per_page {
+        match (hot.contains(v), where_first.get(v) == Some(&false)) {
+            (true, true) => contest.hot.push(n),
+            (true, false) => contest.hot_placed += 1,
+            (false, true) => contest.other.push(n),
+            (false, false) => {}
+        }
+    }
     let not_hot = || promoted.iter().filter(|v| !hot.contains(v));
     let promoted_warm = not_hot().filter(|v| warm.contains(v)).count();
     let mut untouched: Vec<u64> = not_hot().filter(|v| per_page[v] == 0).copied().collect();
@@ -214,6 +245,8 @@ pub fn compute(
         untouched_examples: untouched,
         app_fast_accesses,
         app_slow_accesses,
+        contest,
+        left_hot,
     })
 }
 
@@ -235,10 +268,50 @@ fn fewest_holding(
     (set, sum)
 }
 
+/// kpageflags bit of a page in a transparent huge page (include/uapi/linux/kernel-page-flags.h
+/// `KPF_THP`).
+const KPF_THP: u64 = 1 << 22;
+
+/// The hot pages a promoter left on a lower tier, as JSON: how many, the samples the plugin's
+/// rate gave each on average over the phase, how many of those had two or more expected
+/// (a promoter at threshold 2 should have found them), and how many sit in a THP (from
+/// /proc/kpageflags; null where it cannot be read), with the addresses of the most accessed
+/// (to find their mappings in the rig's `maps:` lines).
+fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
+    let expected = |n: u64| n as f64 / interval;
+    let mean = left.iter().map(|&(_, n, _)| expected(n)).sum::<f64>() / left.len().max(1) as f64;
+    let two_plus = left.iter().filter(|&&(_, n, _)| expected(n) >= 2.0).count();
+    let mut hottest: Vec<&(u64, u64, u64)> = left.iter().collect();
+    hottest.sort_unstable_by_key(|&&(_, n, v)| (std::cmp::Reverse(n), v));
+    let examples: Vec<String> = hottest
+        .iter()
+        .take(12)
+        .map(|&&(_, n, v)| format!("\"{:#x}:{:.0}\"", v << 12, expected(n)))
+        .collect();
+    let in_thp = std::fs::File::open("/proc/kpageflags").ok().map(|f| {
+        use std::os::unix::fs::FileExt;
+        let flags = |pfn: u64| {
+            let mut b = [0u8; 8];
+            f.read_exact_at(&mut b, pfn * 8)
+                .map_or(0, |_| u64::from_le_bytes(b))
+        };
+        left.iter()
+            .filter(|&&(pfn, _, _)| flags(pfn) & KPF_THP != 0)
+            .count()
+    });
+    format!(
+        "{{\"pages\":{},\"mean_expected_samples\":{mean:.2},\"expected_two_or_more\":{two_plus},\"in_thp\":{},\"examples\":[{}]}}",
+        left.len(),
+        in_thp.map_or("null".into(), |n| n.to_string()),
+        examples.join(","),
+    )
+}
+
 /// DUMPs the plugin's counts and prints the truth for the snapshots as one line of JSON.
 pub fn report(snap_paths: &[String]) -> Res<()> {
     let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
-    let (_, counts) = Ctl::open_retrying()?.dump()?;
+    let (plugin, counts) = Ctl::open_retrying()?.dump()?;
+    let interval = crate::reach::mean_interval(plugin.get("period").copied().unwrap_or(0));
     let snaps = snap_paths
         .iter()
         .map(|p| read_snapshot(p))
@@ -250,8 +323,23 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
     };
     let t = compute(&counts, &snaps, fast)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
+    let left = left_summary(&t.left_hot, interval);
+    let reach: Vec<String> = [1, 2, 4, 8]
+        .map(|x| crate::reach::reach(&t.contest, interval, x))
+        .iter()
+        .map(|r| {
+            format!(
+                "{{\"phase_x\":{},\"k2_hot_pct\":{:.1},\"k2_over_pct\":{:.1},\"over_pct_at_95\":{:.1},\"hot_pct_at_10\":{}}}",
+                r.phase_x,
+                r.k2_hot_pct,
+                r.k2_over_pct,
+                r.over_pct_at_95,
+                r.hot_pct_at_10.map_or("null".into(), |h| format!("{h:.1}")),
+            )
+        })
+        .collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"sample_interval\":{interval},\"reach\":[{}],\"left_hot\":{left}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
@@ -274,6 +362,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         t.app_fast_accesses,
         t.app_slow_accesses,
         (t.app_fast_accesses * FAST_MODEL_NS + t.app_slow_accesses * SLOW_MODEL_NS) as f64 / 1e6,
+        reach.join(","),
     );
     Ok(())
 }
@@ -301,6 +390,8 @@ mod tests {
         assert_eq!(t.hot_slow_at_start, 2);
         assert_eq!((t.promoted, t.promoted_hot), (2, 1));
         assert_eq!(t.over_promotion_pct, 50.0);
+        // B, hot, stays on its slow frame 101 with its 30 accesses.
+        assert_eq!(t.left_hot, vec![(101, 30, 2)]);
         // 95 % of 100 is reached after A, B and C (95): C, the one page promoted but not hot,
         // was nearly hot; none promoted was untouched.
         assert_eq!(t.warm_pages, 3);
