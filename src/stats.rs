@@ -375,9 +375,9 @@ counters! {
     /// there after it was split again (`thp_recollapsed`): not moved, since moving one
     /// address moves its whole folio; offered again on their next sample.
     PgpromoteDeferredRecollapsed => "pgpromote_deferred_recollapsed" as Metric::of(&PROMOTE_OUTCOMES, "deferred_recollapsed"),
-    /// Candidates in a large folio too sparse to move whole: fewer than
-    /// `promote_thp_min_seen_pct` of its pages have samples (splitting off); offered again on
-    /// their next sample.
+    /// Candidates in a large folio too thinly sampled to move whole: its pages hold fewer
+    /// samples than `promote_thp_min_samples_pct` of them would need to move alone (splitting
+    /// off); offered again on their next sample.
     PgpromoteDeferredSparseFolio => "pgpromote_deferred_sparse_folio" as Metric::of(&PROMOTE_OUTCOMES, "deferred_sparse_folio"),
     /// Candidates whose folio another candidate of the same batch moves (one address per folio).
     PgpromoteSameFolio => "pgpromote_same_folio" as Metric::of(&PROMOTE_OUTCOMES, "same_folio"),

@@ -106,18 +106,19 @@ pub static SETTINGS: &[Setting] = &[
     .doc("keep this share of the destination's memory free")
     .runtime(),
     Setting::int(
-        "promote_thp_min_seen_pct",
+        "promote_thp_min_samples_pct",
         0,
         100,
-        field!(migrator.promote_thp_min_seen_pct),
+        field!(migrator.promote_thp_min_samples_pct),
     )
-    .flag("promote-thp-min-seen-pct", "PCT")
+    .flag("promote-thp-min-samples-pct", "PCT")
     .help(
-        "Move a THP or mTHP whole only once this percentage of its 4 KiB pages have samples; \
-         0 moves it at its first hot page, as NUMA balancing does (with admission.split, \
-         admission decides) [default: {default}]",
+        "Move a THP or mTHP whole only once its pages hold as many samples as this \
+         percentage of its 4 KiB pages would need to move alone (freq_threshold each); 0 moves \
+         it at its first hot page, as NUMA balancing does (with admission.split, admission \
+         decides) [default: {default}]",
     )
-    .doc("a THP moves whole only once this share of its 4 KiB pages have samples (0: at its first hot page)")
+    .doc("a THP moves whole only once its pages hold as many samples as this share of its 4 KiB pages would need to move alone (`freq_threshold` each; 0: at its first hot page)")
     .runtime(),
     Setting::int(
         "migrate_interval_ms",

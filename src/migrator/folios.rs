@@ -10,15 +10,24 @@
 //!
 //! So each candidate is looked up (pagemap and kpageflags, `admission::thp::SysThp`): a
 //! candidate in a large folio is charged at the folio's size, one candidate per folio moves it
-//! (the others are counted `pgpromote_same_folio`), and a folio moves whole only once at least
-//! `promote_thp_min_seen_pct` of its 4 KiB pages have samples in the table; until then its
-//! candidates wait (`pgpromote_deferred_sparse_folio`), offered again by their next sample.
+//! (the others are counted `pgpromote_same_folio`), and a folio moves whole only once its pages
+//! hold, in the table, as many samples as `promote_thp_min_samples_pct` of its 4 KiB pages would
+//! need to move on their own (`freq_threshold` each: 256 for a 2 MiB THP at 25 % and threshold
+//! 2); until then its candidates wait (`pgpromote_deferred_sparse_folio`), offered again by
+//! their next sample.
+//!
+//! Samples, not sampled pages: a THP whose heat sits in a few pages is worth its copy as much
+//! as one warm all over. On the Debian guest, Redis kept its client buffers in the first 61
+//! pages of a THP (12 % of it), sampled about 200 times each in a phase; a rule counting
+//! sampled pages (a quarter of them, before) held that THP back for the whole phase, with the
+//! hottest pages Redis had (ibs-emu's truth `left_hot`; BENCHMARKS.md, "Redis: the hot pages
+//! pghotd left").
 //!
 //! The hold applies whatever room the destination has. Moving sparse THPs whole on the Debian
 //! guest's roomy fast node saved Redis 7-17 % of modelled memory time per GET, and cost
 //! memcached two thirds of its keys/s (77 THPs, 155 MB copied); a variant that held THPs back
 //! only on a contended destination was measured and reverted (BENCHMARKS.md, "THPs charged at
-//! their size"). `promote_thp_min_seen_pct = 0` moves them whole.
+//! their size"). `promote_thp_min_samples_pct = 0` moves them whole.
 
 use super::Migrator;
 use super::ratelimit::Clock;
@@ -65,17 +74,19 @@ pub trait FolioMap: Send {
     fn large_folios(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<Option<Folio>>, FolioError>;
 }
 
-/// Of a folio's pages, how many have samples in the table.
-fn seen_pages(table: &HotTable, pid: u32, folio: Folio) -> u32 {
+/// The samples a folio's pages hold in the table (their counts in the current window).
+fn folio_samples(table: &HotTable, pid: u32, folio: Folio) -> u64 {
     (0..u64::from(folio.pages))
         .filter_map(|i| PageKey::new(pid, folio.start + i * PAGE_BYTES))
-        .filter(|&key| table.get(key).is_some_and(|e| e.count() > 0))
-        .count() as u32
+        .filter_map(|key| table.get(key))
+        .map(|e| u64::from(e.count()))
+        .sum()
 }
 
-/// Whether a folio of `pages` with `seen` sampled pages is dense enough to move whole.
-fn dense_enough(seen: u32, pages: u32, min_seen_pct: u8) -> bool {
-    u64::from(seen) * 100 >= u64::from(pages) * u64::from(min_seen_pct)
+/// Whether a folio of `pages` whose pages hold `samples` is hot enough to move whole: as many
+/// samples as `min_pct` of its pages would need at `threshold` each.
+fn hot_enough(samples: u64, pages: u32, threshold: u32, min_pct: u8) -> bool {
+    samples * 100 >= u64::from(pages) * u64::from(threshold) * u64::from(min_pct)
 }
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
@@ -136,11 +147,17 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         folios: &[Option<Folio>],
         out: &mut Vec<Candidate>,
     ) {
-        let min_seen = self.config.promote_thp_min_seen_pct;
+        let min_pct = self.config.promote_thp_min_samples_pct;
         let table = &self.table;
+        let threshold = u32::from(table.policy().freq_threshold);
         let moves = |c: &Candidate, folio: Folio| {
-            min_seen == 0
-                || dense_enough(seen_pages(table, c.key.pid(), folio), folio.pages, min_seen)
+            min_pct == 0
+                || hot_enough(
+                    folio_samples(table, c.key.pid(), folio),
+                    folio.pages,
+                    threshold,
+                    min_pct,
+                )
         };
         let waiting = one_per_folio(group, folios, &self.stats, moves, out);
         self.held_back(&waiting, Counter::PgpromoteDeferredSparseFolio);
@@ -201,13 +218,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_quarter_seen_is_dense_enough_at_25_pct_and_one_page_short_is_not() {
-        // 512 * 25 / 100 = 128 pages, by hand.
-        assert!(dense_enough(128, 512, 25));
-        assert!(!dense_enough(127, 512, 25));
-        // A 16 KiB mTHP (4 pages): one sampled page is a quarter.
-        assert!(dense_enough(1, 4, 25));
-        assert!(dense_enough(0, 512, 0));
-        assert!(!dense_enough(511, 512, 100));
+    fn a_quarter_of_the_pages_worth_of_samples_is_hot_enough_and_one_short_is_not() {
+        // 512 pages * 25 % = 128 pages, at threshold 2 = 256 samples, by hand.
+        assert!(hot_enough(256, 512, 2, 25));
+        assert!(!hot_enough(255, 512, 2, 25));
+        // However they are spread: 61 pages with about 200 each is far beyond.
+        assert!(hot_enough(61 * 200, 512, 2, 25));
+        // A 16 KiB mTHP (4 pages): one page at threshold 2 is a quarter's worth.
+        assert!(hot_enough(2, 4, 2, 25));
+        assert!(!hot_enough(1, 4, 2, 25));
+        assert!(hot_enough(0, 512, 2, 0));
+        assert!(!hot_enough(1023, 512, 2, 100));
     }
 }

@@ -71,7 +71,7 @@ pub struct MigratorConfig {
     pub move_shared: bool,
     /// A large folio (THP, mTHP) moves whole only once this share of its 4 KiB pages have
     /// samples; 0 moves it at its first candidate (see `folios`).
-    pub promote_thp_min_seen_pct: u8,
+    pub promote_thp_min_samples_pct: u8,
 }
 
 impl Default for MigratorConfig {
@@ -86,7 +86,7 @@ impl Default for MigratorConfig {
             demote: false,
             demote_free_pct: 5,
             move_shared: false,
-            promote_thp_min_seen_pct: 25,
+            promote_thp_min_samples_pct: 25,
         }
     }
 }

@@ -161,7 +161,7 @@ const CONFIG_KEYS: &[&str] = &[
     "promote_min_free_pct",
     "migrate_interval_ms",
     "migrate_hold_ms",
-    "promote_thp_min_seen_pct",
+    "promote_thp_min_samples_pct",
     "migrate_batch",
     "max_tracked_pages",
     "heat_halflife_ms",

@@ -1,6 +1,6 @@
 //! Folio sizes (`folios.rs`): a candidate in a THP is charged, rate-limited, held at the
 //! watermark and counted at the THP's size, one candidate per folio moves it, and a THP too
-//! sparsely sampled waits. Expected values are worked by hand from the sizes.
+//! thinly sampled waits. Expected values are worked by hand from the sizes.
 
 use super::*;
 use crate::migrator::folios::{Folio, FolioError, FolioMap};
@@ -63,7 +63,7 @@ fn folio_rig(config: MigratorConfig, unavailable: bool) -> (Rig, Arc<AtomicUsize
 
 fn moves_everything() -> MigratorConfig {
     MigratorConfig {
-        promote_thp_min_seen_pct: 0,
+        promote_thp_min_samples_pct: 0,
         ..MigratorConfig::default()
     }
 }
@@ -155,32 +155,40 @@ fn the_watermark_holds_a_thp_back_when_2_mib_do_not_fit() {
 }
 
 #[test]
-fn a_sparsely_sampled_thp_waits_until_a_quarter_of_it_has_samples() {
+fn a_thinly_sampled_thp_waits_until_its_pages_hold_a_quarters_worth_of_samples() {
     let (mut rig, _) = folio_rig(MigratorConfig::default(), false);
-    assert_eq!(MigratorConfig::default().promote_thp_min_seen_pct, 25);
-    // One sampled page of 512: deferred, un-queued (its next sample offers it again).
+    assert_eq!(MigratorConfig::default().promote_thp_min_samples_pct, 25);
+    // A quarter of 512 pages at freq_threshold 2 each: 128 * 2 = 256 samples, by hand.
+    // One page with 2 samples: deferred, un-queued (its next sample offers it again).
     assert_eq!(sample(&rig, PID, 520, 2, 1), Recorded::Candidate);
     let mut batch = vec![cand(PID, 520, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 1);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 0);
     assert!(!rig.table.get(cand(PID, 520, 0).key).unwrap().is_queued());
-    // 127 more sampled pages: 128 of 512 is 25 %.
-    for p in 521..648 {
-        sample(&rig, PID, p, 1, 2);
+    // Heat in a few pages counts as much as heat spread thin: 9 more pages with 28 samples
+    // each make 2 + 252 = 254, still short; one more sample of page 520 makes 255, and one
+    // of a tenth page 256.
+    for p in 521..530 {
+        sample(&rig, PID, p, 28, 2);
     }
+    sample(&rig, PID, 520, 1, 2);
+    let mut batch = vec![cand(PID, 520, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 2);
+    sample(&rig, PID, 530, 1, 2);
     let mut batch = vec![cand(PID, 520, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
     assert_eq!(rig.stats.promoted_bytes(0), 2 << 20);
-    // The 64 KiB mTHP (16 pages): its one sampled page is already 6.25 %, under 25 %; four
-    // sampled pages are 25 %.
+    // The 64 KiB mTHP (16 pages): a quarter is 4 pages, 8 samples. One page with 2 waits;
+    // three more with 2 each make 8.
     sample(&rig, PID, 20, 2, 3);
     let mut batch = vec![cand(PID, 20, 0)];
     rig.migrator.process(&mut batch);
-    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 2);
+    assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 3);
     for p in 21..24 {
-        sample(&rig, PID, p, 1, 3);
+        sample(&rig, PID, p, 2, 3);
     }
     let mut batch = vec![cand(PID, 20, 0)];
     rig.migrator.process(&mut batch);

@@ -274,9 +274,10 @@ const KPF_THP: u64 = 1 << 22;
 
 /// The hot pages a promoter left on a lower tier, as JSON: how many, the samples the plugin's
 /// rate gave each on average over the phase, how many of those had two or more expected
-/// (a promoter at threshold 2 should have found them), and how many sit in a THP (from
-/// /proc/kpageflags; null where it cannot be read), with the addresses of the most accessed
-/// (to find their mappings in the rig's `maps:` lines).
+/// (a promoter at threshold 2 should have found them), how many sit in a THP (from
+/// /proc/kpageflags; null where it cannot be read), the addresses of the most accessed (to
+/// find their mappings in the rig's `maps:` lines) and, per 2 MiB region, how many were left
+/// and how many of those were in a THP.
 fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
     let expected = |n: u64| n as f64 / interval;
     let mean = left.iter().map(|&(_, n, _)| expected(n)).sum::<f64>() / left.len().max(1) as f64;
@@ -288,22 +289,39 @@ fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
         .take(12)
         .map(|&&(_, n, v)| format!("\"{:#x}:{:.0}\"", v << 12, expected(n)))
         .collect();
-    let in_thp = std::fs::File::open("/proc/kpageflags").ok().map(|f| {
+    let kpageflags = std::fs::File::open("/proc/kpageflags").ok();
+    let in_thp = |pfn: u64| {
         use std::os::unix::fs::FileExt;
-        let flags = |pfn: u64| {
-            let mut b = [0u8; 8];
-            f.read_exact_at(&mut b, pfn * 8)
-                .map_or(0, |_| u64::from_le_bytes(b))
-        };
-        left.iter()
-            .filter(|&&(pfn, _, _)| flags(pfn) & KPF_THP != 0)
-            .count()
-    });
+        let mut b = [0u8; 8];
+        kpageflags.as_ref().is_some_and(|f| {
+            f.read_exact_at(&mut b, pfn * 8).is_ok() && u64::from_le_bytes(b) & KPF_THP != 0
+        })
+    };
+    // 2 MiB region -> (pages left, of them in a THP).
+    let mut regions: std::collections::BTreeMap<u64, (usize, usize)> = Default::default();
+    for &(pfn, _, v) in left {
+        let r = regions.entry((v << 12) & !((2 << 20) - 1)).or_default();
+        r.0 += 1;
+        r.1 += usize::from(in_thp(pfn));
+    }
+    let mut by_left: Vec<(u64, (usize, usize))> = regions.into_iter().collect();
+    by_left.sort_by_key(|&(start, (n, _))| (std::cmp::Reverse(n), start));
+    let regions: Vec<String> = by_left
+        .iter()
+        .take(12)
+        .map(|(start, (n, thp))| format!("\"{start:#x}:{n}:{thp}\""))
+        .collect();
+    let thp_total = left.iter().filter(|&&(pfn, _, _)| in_thp(pfn)).count();
     format!(
-        "{{\"pages\":{},\"mean_expected_samples\":{mean:.2},\"expected_two_or_more\":{two_plus},\"in_thp\":{},\"examples\":[{}]}}",
+        "{{\"pages\":{},\"mean_expected_samples\":{mean:.2},\"expected_two_or_more\":{two_plus},\"in_thp\":{},\"examples\":[{}],\"regions_left_thp\":[{}]}}",
         left.len(),
-        in_thp.map_or("null".into(), |n| n.to_string()),
+        if kpageflags.is_some() {
+            thp_total.to_string()
+        } else {
+            "null".into()
+        },
         examples.join(","),
+        regions.join(","),
     )
 }
 
