@@ -3,8 +3,8 @@
 # debian --app APP SCENARIO...`) by pghot-rig.service. Parameters in /etc/pghot-rig.conf
 # (RIG_*), the scenario on the kernel command line (pghot.scenario=).
 #
-# The program is loaded, its memory moved to the slow node 2 (`migratepages PID 0,1 2`, so
-# its default policy still allows promotion), then the promoter starts and the measured phase
+# The program is loaded, its own memory moved to the slow node 2 (`migratepages PID 0,1 2`
+# without CAP_SYS_NICE, so pages it shares stay; its default policy still allows promotion), then the promoter starts and the measured phase
 # runs in rounds. The slow node is really slow: the ibs-emu QEMU plugin spins on each of its
 # accesses, in every scenario, and keeps a modelled memory clock (reset at the measured
 # phase's start, read at its end through the pghot.ctl port).
@@ -200,7 +200,13 @@ apt-get install -y -q /opt/pghot-rig/pghotd.deb > "$work/apt.out" 2>&1 || err "i
 app_load
 [ -n "$app_pid" ] && [ -d "/proc/$app_pid" ] || err "no $RIG_APP process"
 info "$RIG_APP pid $app_pid before migratepages: fast/slow MB $(node_mb "$app_pid")"
-migratepages "$app_pid" 0,1 2 || err "migratepages $app_pid 0,1 2 failed"
+# Only the program's own pages: with CAP_SYS_NICE migrate_pages(2) also moves pages other
+# processes map (mm/mempolicy.c `kernel_migrate_pages`: MPOL_MF_MOVE_ALL when capable), and
+# libc's page cache on the slow node slowed every process in the guest, the load generator and
+# the promoter included. Without it (dropped from the bounding and inheritable sets, so the
+# exec cannot regain it) root still passes the ptrace check and moves the private pages.
+setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice migratepages "$app_pid" 0,1 2 ||
+	err "migratepages $app_pid 0,1 2 failed"
 read -r fast0 slow0 <<< "$(node_mb "$app_pid")"
 info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
 info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep -E '^(AnonHugePages|THPeligible)' "/proc/$app_pid/smaps_rollup" 2> /dev/null | tr -s ' ' | paste -sd' ') $(grep -c 'THPeligible: *1' "/proc/$app_pid/smaps" 2> /dev/null) THP-eligible mappings"

@@ -10,10 +10,10 @@
 //! snapshots) and its fast one (in the later), and both counts go to that one page.
 //!
 //! The hot set is the fewest pages holding 80 % of the program's counted accesses (issue 18's
-//! definition). Pages that other processes map too (libc's, which `migratepages` as root moves
-//! with the rest) are kept out: the plugin counts a frame's accesses whoever makes them, so a
-//! shared page's count is not the program's (on Redis, libc's symbol tables read by every new
-//! redis-benchmark came out "hot" with no Redis sample on them). Over-promotion is the pages moved from a lower-tier node to a top-tier node
+//! definition). Pages that other processes map too (libc's) are kept out: the plugin counts a
+//! frame's accesses whoever makes them, so a shared page's count is not the program's (when
+//! the rig's `migratepages` still moved shared pages, libc's symbol tables, read by every new
+//! redis-benchmark, came out as Redis's hot pages with no Redis sample on them). Over-promotion is the pages moved from a lower-tier node to a top-tier node
 //! between the first and the last snapshot that are not in the hot set, per hot page.
 
 use std::collections::{HashMap, HashSet};
