@@ -241,18 +241,33 @@ impl State {
             }
             bump(if slow { &v.slow_user } else { &v.fast_user });
         }
-        // The fast-tier delay is for the programs' own memory: the kernel's data is never on
-        // the slow node, and charging each of its misses in a one-level direct-mapped cache
-        // made every system call and context switch cost hundreds of microseconds.
-        let ns = if slow {
-            self.slow_ns.load(Relaxed)
-        } else if vaddr < USER_TOP {
-            self.fast_ns.load(Relaxed)
-        } else {
-            0
-        };
+        let ns = self.delay_ns(slow, vaddr < USER_TOP);
         if ns != 0 {
             spin(ns);
+        }
+    }
+
+    /// Host ns to spin for one access that missed the modelled cache: the slow node's delay
+    /// or the fast tier's for an access through a user address (the programs' own, and the
+    /// kernel's copies to and from their memory), nothing for the kernel's accesses through
+    /// its own mapping.
+    ///
+    /// The fast-tier delay is for the programs' memory: the kernel's data is never on the slow
+    /// node, and charging each of its misses in a one-level direct-mapped cache made every
+    /// system call and context switch cost hundreds of microseconds. Its accesses to the slow
+    /// node are page migration's copies: streaming reads that real hardware runs with many
+    /// lines in flight at the link's bandwidth. A dependent-load latency charged to each made
+    /// a 4 KiB page cost milliseconds of host time (Redis: 12.6 s of pghotd's migrator for
+    /// 1,840 pages; memcached: 87 s for 155 MB; BENCHMARKS.md, "THPs charged at their size"),
+    /// hundreds of times what a real copy costs at the guest's dilation, and it charged every
+    /// promoter for its moves in that coin (the migrating task for NUMA balancing, kdamond
+    /// for DAMON). So the kernel's copies cost what they cost any other kernel access.
+    #[inline(always)]
+    fn delay_ns(&self, slow: bool, user: bool) -> u64 {
+        match (user, slow) {
+            (false, _) => 0,
+            (true, true) => self.slow_ns.load(Relaxed),
+            (true, false) => self.fast_ns.load(Relaxed),
         }
     }
 
@@ -386,6 +401,19 @@ mod tests {
         assert_eq!(s.totals(&counts), Totals::default());
         s.on_access(1, 0x1000, 0x5000, || false);
         assert_eq!(s.page_counts(), vec![(5, 1)]);
+    }
+
+    /// The delays as set: the slow node's and the fast tier's for user addresses, none for
+    /// the kernel's own accesses, the slow node's included (migration's copies).
+    #[test]
+    fn only_accesses_through_user_addresses_are_delayed() {
+        let s = state(10_000);
+        s.slow_ns.store(16_000, Relaxed);
+        s.fast_ns.store(7_150, Relaxed);
+        assert_eq!(s.delay_ns(true, true), 16_000);
+        assert_eq!(s.delay_ns(false, true), 7_150);
+        assert_eq!(s.delay_ns(true, false), 0);
+        assert_eq!(s.delay_ns(false, false), 0);
     }
 
     #[test]
