@@ -25,7 +25,8 @@
 //!
 //! The hold applies whatever room the destination has. Moving sparse THPs whole on the Debian
 //! guest's roomy fast node saved Redis 7-17 % of modelled memory time per GET, and cost
-//! memcached two thirds of its keys/s (77 THPs, 155 MB copied); a variant that held THPs back
+//! memcached two thirds of its keys/s (77 THPs, 155 MB copied, while the rig still charged every
+//! read of a migration copy at the slow node's latency); a variant that held THPs back
 //! only on a contended destination was measured and reverted (BENCHMARKS.md, "THPs charged at
 //! their size"). `promote_thp_min_samples_pct = 0` moves them whole.
 
