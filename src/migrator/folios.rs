@@ -75,7 +75,9 @@ pub trait FolioMap: Send {
     fn large_folios(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<Option<Folio>>, FolioError>;
 }
 
-/// The samples a folio's pages hold in the table (their counts in the current window).
+/// The samples a folio's pages hold in the table: their counts, as `record` left them (a count
+/// whose window has lapsed is reset by the page's next sample, so it still counts until then,
+/// as it did for the rule by sampled pages).
 fn folio_samples(table: &HotTable, pid: u32, folio: Folio) -> u64 {
     (0..u64::from(folio.pages))
         .filter_map(|i| PageKey::new(pid, folio.start + i * PAGE_BYTES))

@@ -4,8 +4,8 @@
 # (RIG_*), the scenario on the kernel command line (pghot.scenario=).
 #
 # The program is loaded, its own memory moved to the slow node 2 (`migratepages PID 0,1 2`
-# without CAP_SYS_NICE, so pages it shares stay; its default policy still allows promotion), then the promoter starts and the measured phase
-# runs in rounds. The slow node is really slow: the ibs-emu QEMU plugin spins on each of its
+# without CAP_SYS_NICE, so pages it shares stay; its default policy still allows promotion),
+# then the promoter starts and the measured phase runs in rounds. The slow node is really slow: the ibs-emu QEMU plugin spins on each of its
 # accesses, in every scenario, and keeps a modelled memory clock (reset at the measured
 # phase's start, read at its end through the pghot.ctl port).
 #   PGHOT-APP-ROUND n=... ops_per_s=... p50_ms=... p99_ms=...   one per round
