@@ -177,6 +177,14 @@ pub trait ThpKernel: Send {
     }
 }
 
+/// Whether a page's kpageflags say it is in a large THP folio: a compound head or tail with
+/// KPF_THP, not hugetlb (fs/proc/page.c `stable_page_flags`).
+pub fn in_large_thp_folio(kpageflags: u64) -> bool {
+    kpageflags & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
+        && kpageflags & KPF_THP != 0
+        && kpageflags & KPF_HUGE == 0
+}
+
 /// The real interfaces, under `proc_root` (normally `/proc`) and `split_path` (normally
 /// `/sys/kernel/debug/split_huge_pages`); tests point both into a fixture tree.
 pub struct SysThp {
@@ -240,10 +248,7 @@ impl SysThp {
             }
         })?;
         let f = flags[0];
-        let large = f & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL) != 0
-            && f & KPF_THP != 0
-            && f & KPF_HUGE == 0;
-        Ok(if large { f } else { 0 })
+        Ok(if in_large_thp_folio(f) { f } else { 0 })
     }
 
     fn kpageflags(&mut self) -> Result<&File, ThpError> {
@@ -509,6 +514,17 @@ pub(crate) mod fake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bits from include/uapi/linux/kernel-page-flags.h: COMPOUND_HEAD 15, COMPOUND_TAIL 16,
+    /// HUGE 17, THP 22.
+    #[test]
+    fn a_large_thp_folio_is_a_compound_page_with_thp_and_not_hugetlb() {
+        assert!(in_large_thp_folio(1 << 15 | 1 << 22));
+        assert!(in_large_thp_folio(1 << 16 | 1 << 22));
+        assert!(!in_large_thp_folio(1 << 22));
+        assert!(!in_large_thp_folio(1 << 15));
+        assert!(!in_large_thp_folio(1 << 15 | 1 << 17 | 1 << 22));
+    }
 
     /// Writes a sparse pagemap for pid 77 and a kpageflags file under `root`.
     fn fixture(root: &Path, entries: &[(u64, u64)], kpf: &[(u64, u64)]) {

@@ -288,10 +288,6 @@ fn fewest_holding(
     (set, sum)
 }
 
-/// kpageflags bit of a page in a transparent huge page (include/uapi/linux/kernel-page-flags.h
-/// `KPF_THP`).
-const KPF_THP: u64 = 1 << 22;
-
 /// The hot pages a promoter left on a lower tier, as JSON: how many, the samples the plugin's
 /// rate gave each on average over the phase, how many of those had two or more expected
 /// (a promoter at threshold 2 should have found them), how many sit in a THP (from
@@ -314,7 +310,8 @@ fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
         use std::os::unix::fs::FileExt;
         let mut b = [0u8; 8];
         kpageflags.as_ref().is_some_and(|f| {
-            f.read_exact_at(&mut b, pfn * 8).is_ok() && u64::from_le_bytes(b) & KPF_THP != 0
+            f.read_exact_at(&mut b, pfn * 8).is_ok()
+                && pghotd::admission::thp::in_large_thp_folio(u64::from_le_bytes(b))
         })
     };
     // 2 MiB region -> (pages left, of them in a THP).
@@ -324,6 +321,7 @@ fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
         r.0 += 1;
         r.1 += usize::from(in_thp(pfn));
     }
+    let thp_total: usize = regions.values().map(|&(_, thp)| thp).sum();
     let mut by_left: Vec<(u64, (usize, usize))> = regions.into_iter().collect();
     by_left.sort_by_key(|&(start, (n, _))| (std::cmp::Reverse(n), start));
     let regions: Vec<String> = by_left
@@ -331,7 +329,6 @@ fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
         .take(12)
         .map(|(start, (n, thp))| format!("\"{start:#x}:{n}:{thp}\""))
         .collect();
-    let thp_total = left.iter().filter(|&&(pfn, _, _)| in_thp(pfn)).count();
     format!(
         "{{\"pages\":{},\"mean_expected_samples\":{mean:.2},\"expected_two_or_more\":{two_plus},\"in_thp\":{},\"examples\":[{}],\"regions_left_thp\":[{}]}}",
         left.len(),
