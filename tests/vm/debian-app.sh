@@ -126,9 +126,13 @@ app_round() {
 promoter_pid=
 relay_pid=
 fifo=/run/pghot-ibs.fifo
-# pghotd_start SOURCE: the installed service, watching the program only, SOURCE its source.
+# pghotd_start SOURCE [KEY = VALUE]: the installed service, watching the program only, SOURCE
+# its source, the source's own setting if given (unless --pghotd-set sets that key).
 pghotd_start() {
 	printf '%s\n' "enabled_sources = [$1]" "pids = [$app_pid]" > /etc/pghotd/pghotd.toml
+	if [ -n "${2:-}" ] && ! printf '%s\n' "${RIG_PGHOTD_SET:-}" | grep -q "^ *${2%% *} *="; then
+		printf '%s\n' "$2" >> /etc/pghotd/pghotd.toml
+	fi
 	# --pghotd-set: the lines the run asked for, the same for every app.
 	[ -z "${RIG_PGHOTD_SET:-}" ] || printf '%s\n' "$RIG_PGHOTD_SET" >> /etc/pghotd/pghotd.toml
 	systemctl start pghotd || err "pghotd did not start"
@@ -151,8 +155,12 @@ promoter_start() {
 		# pghot-trace lines into a FIFO that the service's trace: source reads.
 		# pghotd opens the FIFO without waiting for a writer; the relay leaves out pghotd's own
 		# samples (see relay.rs: under TCG they would swamp the program's).
+		# A hardware sampler's source promotes on its first sample, as the pghot series' IBS
+		# benchmarks on linux-mm do (pghot_freq_threshold=1, "promote on 1st access, like
+		# NUMAB2"): one sampled access in RIG_PERIOD on the slow tier is already rare evidence,
+		# where softdirty and damon report every page they see touched.
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
-		pghotd_start "\"trace:$fifo\""
+		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
 		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" "$promoter_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		;;
@@ -238,7 +246,14 @@ case $scenario in
 pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
 esac
 relay_cpu=
-[ -z "$relay_pid" ] || relay_cpu=$(cpu_s "$relay_pid")
+if [ -n "$relay_pid" ]; then
+	relay_cpu=$(cpu_s "$relay_pid")
+	# The relay ends the phase with it (its figures written on SIGTERM), so they cover the
+	# phase only and it takes no CPU from the truth.
+	kill -TERM "$relay_pid" 2> /dev/null
+	for _ in $(seq 30); do kill -0 "$relay_pid" 2> /dev/null || break; sleep 0.1; done
+	kill -KILL "$relay_pid" 2> /dev/null
+fi
 truth=$(/opt/pghot-rig/pgibs-guest truth "${snaps[@]}" | sed -n 's/^PGIBS-GROUND //p')
 [ -n "$truth" ] || err "no ground truth (pgibs-guest truth failed)"
 info "ground truth: ${truth:-none}"

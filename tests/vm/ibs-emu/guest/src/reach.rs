@@ -22,6 +22,10 @@ const K_MAX: usize = 256;
 pub struct Reach {
     /// The phase's length as a multiple of the one measured.
     pub phase_x: u32,
+    /// Promoting at the first sample (the rig's `freq_threshold` for the emulated IBS, as the
+    /// pghot series' IBS runs).
+    pub k1_hot_pct: f64,
+    pub k1_over_pct: f64,
     /// Promoting at the second sample (pghotd's default `freq_threshold`), with no window.
     pub k2_hot_pct: f64,
     pub k2_over_pct: f64,
@@ -97,11 +101,33 @@ pub fn reach(c: &Contest, interval: f64, phase_x: u32) -> Reach {
     });
     Reach {
         phase_x,
+        k1_hot_pct: pct(hot[1]),
+        k1_over_pct: pct(other[1]),
         k2_hot_pct: pct(hot[2]),
         k2_over_pct: pct(other[2]),
         over_pct_at_95: pct(over_at_95),
         hot_pct_at_10: hot_at_10.map(pct),
     }
+}
+
+/// The hot set's share on fast nodes after each of `rounds` equal rounds (index 0 the start)
+/// for a promoter that moves a page the moment its first sample arrives: the most any
+/// promoter that learns of a page from samples alone can have placed by then. A page's
+/// accesses are taken to be spread evenly over the phase, so by the end of round r it has
+/// drawn Poisson(n r / (rounds x interval)) samples.
+pub fn first_sample_series(c: &Contest, interval: f64, rounds: usize) -> Vec<f64> {
+    let total = (c.hot_placed + c.hot.len()) as f64;
+    (0..=rounds)
+        .map(|r| {
+            let share = r as f64 / rounds.max(1) as f64 / interval;
+            let sampled: f64 = c
+                .hot
+                .iter()
+                .map(|&n| 1.0 - (-(n as f64) * share).exp())
+                .sum();
+            100.0 * (c.hot_placed as f64 + sampled) / total.max(1.0)
+        })
+        .collect()
 }
 
 /// The mean number of user accesses between two of the plugin's samples at `period`.
@@ -179,6 +205,28 @@ mod tests {
         assert_eq!((r.k2_hot_pct, r.k2_over_pct), (100.0, 0.0));
         assert_eq!(r.over_pct_at_95, 0.0);
         assert_eq!(r.hot_pct_at_10, Some(100.0));
+    }
+
+    /// By hand: one hot page placed, one with 3 accesses, interval 1, three rounds: by round r
+    /// the second has drawn Poisson(r) samples, P(>= 1) = 1 - e^-r = 0.632121, 0.864665,
+    /// 0.950213; the share is (1 + that) / 2. The k = 1 end point agrees with `reach`, whose
+    /// over-promotion is the other page's 1 - e^-1 against the two-page hot set: 31.6061 %.
+    #[test]
+    fn first_sample_series_by_hand() {
+        let c = Contest {
+            hot_placed: 1,
+            hot: vec![3],
+            other: vec![1],
+        };
+        let s = first_sample_series(&c, 1.0, 3);
+        assert_eq!(s.len(), 4);
+        near(s[0], 50.0);
+        near(s[1], 81.60605);
+        near(s[2], 93.23325);
+        near(s[3], 97.51065);
+        let r = reach(&c, 1.0, 1);
+        near(r.k1_hot_pct, s[3]);
+        near(r.k1_over_pct, 31.60605);
     }
 
     /// period 200: (200 & !15) - 7.5 = 192 - 7.5 (state.rs `reload`'s mean).

@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pghotd::clock::monotonic_ns;
@@ -23,8 +25,14 @@ use pghotd::topology::{SysfsRoot, Topology};
 use crate::records::{Record, Splitter};
 use crate::{Ctl, Res, port};
 
-/// How often the candidate processes are listed again.
+/// How often the candidate processes are listed again (exited ones pruned, the busiest
+/// first, the frames nobody mapped forgotten).
 const RESCAN: Duration = Duration::from_millis(500);
+/// A record no listed process maps may be a process started since the last listing (each
+/// round's redis-benchmark, the rig's own commands): at most this often, /proc is read for new
+/// pids only and just those are tried, rather than leaving a new process's records
+/// unattributed for up to [`RESCAN`] at the cost of a read of every listed process each.
+const NEW_PIDS: Duration = Duration::from_millis(50);
 /// After each batch the relay waits this long before reading again, so that it reads, looks
 /// up and writes several records per system call rather than one (the plugin flushes every
 /// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
@@ -50,6 +58,8 @@ struct Proc {
 struct Attributor {
     procs: Vec<Proc>,
     scanned: Option<Instant>,
+    /// When /proc was last read for new pids (a rescan counts).
+    listed: Option<Instant>,
     /// Index into `procs` of the last process found, per vCPU.
     last: HashMap<u32, u32>,
     /// Frames no process mapped at that address since the last rescan (an exited process,
@@ -66,6 +76,10 @@ struct Attributor {
     not_user: std::collections::HashSet<u32>,
     /// pagemap reads, for the cost figure.
     reads: u64,
+    /// Of those, the reads for records that no process turned out to map.
+    miss_reads: u64,
+    /// Processes first found by a look for new pids (not by a rescan).
+    found_new: u64,
 }
 
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
@@ -79,47 +93,47 @@ fn frame(pagemap: &File, vaddr: u64) -> std::io::Result<Option<u64>> {
     Ok(crate::pagemap::frame(u64::from_le_bytes(e)))
 }
 
+/// The pids /proc lists now, ascending.
+fn proc_pids() -> Vec<u32> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
 impl Attributor {
     fn new() -> Attributor {
         Attributor {
             procs: Vec::new(),
             scanned: None,
+            listed: None,
             last: HashMap::new(),
             nobody: std::collections::HashSet::new(),
             known: HashMap::new(),
             not_user: std::collections::HashSet::new(),
             reads: 0,
+            miss_reads: 0,
+            found_new: 0,
         }
     }
 
     /// Lists user processes (those with an executable: kernel threads have none) and opens
     /// the pagemap of new ones.
     fn rescan(&mut self) {
-        let mut pids: Vec<u32> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse().ok())
-            .collect();
-        pids.sort_unstable();
+        let pids = proc_pids();
         let mut old: HashMap<u32, Proc> = self.procs.drain(..).map(|p| (p.pid, p)).collect();
         let live: std::collections::HashSet<u32> = pids.iter().copied().collect();
         self.not_user.retain(|pid| live.contains(pid));
         for pid in pids {
             let proc = match old.remove(&pid) {
                 Some(p) => p,
-                None if self.not_user.contains(&pid) => continue,
-                None if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() => {
-                    self.not_user.insert(pid);
-                    continue;
-                }
-                None => match File::open(format!("/proc/{pid}/pagemap")) {
-                    Ok(pagemap) => Proc {
-                        pid,
-                        pagemap,
-                        hits: 0,
-                    },
-                    Err(_) => continue,
+                None => match self.open_user(pid) {
+                    Some(p) => p,
+                    None => continue,
                 },
             };
             self.procs.push(proc);
@@ -130,6 +144,56 @@ impl Attributor {
         self.nobody.clear();
         self.known.retain(|_, pid| live.contains(pid));
         self.scanned = Some(Instant::now());
+        self.listed = self.scanned;
+    }
+
+    /// A user process's entry with its pagemap open; `None` for a kernel thread (remembered)
+    /// or a process already gone.
+    fn open_user(&mut self, pid: u32) -> Option<Proc> {
+        if self.not_user.contains(&pid) {
+            return None;
+        }
+        if std::fs::read_link(format!("/proc/{pid}/exe")).is_err() {
+            self.not_user.insert(pid);
+            return None;
+        }
+        let pagemap = File::open(format!("/proc/{pid}/pagemap")).ok()?;
+        Some(Proc {
+            pid,
+            pagemap,
+            hits: 0,
+        })
+    }
+
+    /// Lists /proc again for processes not yet listed and opens them; returns where they start
+    /// in `procs`. Nothing else changes, so the caches stay valid.
+    fn add_new(&mut self) -> usize {
+        let from = self.procs.len();
+        self.listed = Some(Instant::now());
+        let have: std::collections::HashSet<u32> = self.procs.iter().map(|p| p.pid).collect();
+        for pid in proc_pids() {
+            if !have.contains(&pid)
+                && let Some(p) = self.open_user(pid)
+            {
+                self.procs.push(p);
+            }
+        }
+        self.found_new += (self.procs.len() - from) as u64;
+        from
+    }
+
+    /// Tries `procs[i]` for `r`'s page; on a match, remembers it for the vCPU and the page.
+    fn try_proc(&mut self, i: usize, r: &Record, pfn: u64) -> Option<u32> {
+        self.reads += 1;
+        match frame(&self.procs[i].pagemap, r.vaddr) {
+            Ok(Some(f)) if f == pfn => {
+                self.last.insert(r.vcpu, i as u32);
+                self.procs[i].hits += 1;
+                self.known.insert((r.vaddr >> 12, pfn), self.procs[i].pid);
+                Some(self.procs[i].pid)
+            }
+            _ => None,
+        }
     }
 
     fn pid_of(&mut self, r: &Record) -> Option<u32> {
@@ -144,21 +208,27 @@ impl Attributor {
         if let Some(&pid) = self.known.get(&key) {
             return Some(pid);
         }
+        let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
-        let order = first
+        let listed = self.procs.len();
+        let order: Vec<usize> = first
             .into_iter()
-            .chain((0..self.procs.len()).filter(|&i| Some(i) != first));
+            .chain((0..listed).filter(|&i| Some(i) != first))
+            .collect();
         for i in order {
-            self.reads += 1;
-            if let Ok(Some(f)) = frame(&self.procs[i].pagemap, r.vaddr)
-                && f == pfn
-            {
-                self.last.insert(r.vcpu, i as u32);
-                self.procs[i].hits += 1;
-                self.known.insert(key, self.procs[i].pid);
-                return Some(self.procs[i].pid);
+            if let Some(pid) = self.try_proc(i, r, pfn) {
+                return Some(pid);
             }
         }
+        if self.listed.is_none_or(|t| t.elapsed() >= NEW_PIDS) {
+            let from = self.add_new();
+            for i in from..self.procs.len() {
+                if let Some(pid) = self.try_proc(i, r, pfn) {
+                    return Some(pid);
+                }
+            }
+        }
+        self.miss_reads += self.reads - reads_before;
         self.nobody.insert(pfn);
         None
     }
@@ -190,7 +260,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} new_procs={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -199,6 +269,8 @@ impl Figures {
             self.lines,
             self.pipe_opens,
             attributor.reads,
+            attributor.miss_reads,
+            attributor.found_new,
             self.batches,
             self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
             self.batch_ns_max as f64 / 1e3,
@@ -257,7 +329,12 @@ fn open_out(out: &str, period: u64) -> Res<File> {
 /// on the Debian guest: six promoters"), so its own share of the guest's memory operations, and
 /// so of the samples, is far larger too, and each of its own samples makes more work for it (in
 /// one Redis phase, 60 of 87 thousand samples were pghotd's own).
+/// Ends on SIGTERM (the rig's end of the phase) with its figures written, so that they cover
+/// the phase and nothing after it.
 pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
+    let term = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
+        .map_err(|e| format!("SIGTERM handler: {e}"))?;
     let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
     let path = port("pghot.samples")?;
     let mut samples = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
@@ -274,7 +351,7 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
     let mut lines: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut stats_at = Instant::now();
     let own_pid = std::process::id();
-    loop {
+    while !term.load(Ordering::Relaxed) {
         let n = samples
             .read(&mut chunk)
             .map_err(|e| format!("{path}: {e}"))?;
@@ -328,4 +405,6 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
         }
         std::thread::sleep(GATHER);
     }
+    fig.write(stats, &attributor, split.skipped);
+    Ok(())
 }

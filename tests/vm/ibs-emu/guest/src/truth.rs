@@ -382,8 +382,10 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         .iter()
         .map(|r| {
             format!(
-                "{{\"phase_x\":{},\"k2_hot_pct\":{:.1},\"k2_over_pct\":{:.1},\"over_pct_at_95\":{:.1},\"hot_pct_at_10\":{}}}",
+                "{{\"phase_x\":{},\"k1_hot_pct\":{:.1},\"k1_over_pct\":{:.1},\"k2_hot_pct\":{:.1},\"k2_over_pct\":{:.1},\"over_pct_at_95\":{:.1},\"hot_pct_at_10\":{}}}",
                 r.phase_x,
+                r.k1_hot_pct,
+                r.k1_over_pct,
                 r.k2_hot_pct,
                 r.k2_over_pct,
                 r.over_pct_at_95,
@@ -391,8 +393,13 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
             )
         })
         .collect();
+    let first_sample: Vec<String> =
+        crate::reach::first_sample_series(&t.contest, interval, snaps.len().saturating_sub(1))
+            .iter()
+            .map(|p| format!("{p:.1}"))
+            .collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"left_hot\":{left}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"first_sample_series\":[{}],\"left_hot\":{left}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
@@ -418,6 +425,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
         t.shared_pages,
         t.shared_accesses,
         reach.join(","),
+        first_sample.join(","),
     );
     Ok(())
 }
