@@ -163,6 +163,14 @@ promoter_start() {
 		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
 		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" "$promoter_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
+		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
+		# work the moment they are switched on): up to 20 s for the relay under TCG.
+		for _ in $(seq 200); do
+			grep -q '^relay: ready' "$work/relay.out" 2> /dev/null && break
+			kill -0 "$relay_pid" 2> /dev/null || err "the relay ended: $(tail -n 2 "$work/relay.out")"
+			sleep 0.1
+		done
+		grep -q '^relay: ready' "$work/relay.out" || err "the relay was not ready within 20 s"
 		;;
 	*) err "unknown scenario $scenario" ;;
 	esac

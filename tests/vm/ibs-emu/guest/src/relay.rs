@@ -33,6 +33,10 @@ const RESCAN: Duration = Duration::from_millis(500);
 /// pids only and just those are tried, rather than leaving a new process's records
 /// unattributed for up to [`RESCAN`] at the cost of a read of every listed process each.
 const NEW_PIDS: Duration = Duration::from_millis(50);
+/// Processes tried for every record not already known: the vCPU's last and the busiest.
+const QUICK_TRIES: usize = 2;
+/// Searches of every other listed process (and of /proc for new ones) a second, at most.
+const SEARCHES_PER_S: f64 = 25.0;
 /// After each batch the relay waits this long before reading again, so that it reads, looks
 /// up and writes several records per system call rather than one (the plugin flushes every
 /// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
@@ -42,6 +46,8 @@ const NEW_PIDS: Duration = Duration::from_millis(50);
 /// Debian guest: what pghotd cost the guest"); a sample still reaches pghotd well within the 100 ms a real IBS
 /// sampler's poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
 const GATHER: Duration = Duration::from_millis(10);
+/// Most pages `Figures::missed` keeps.
+const MISSED_PAGES: usize = 100_000;
 /// How often the figures are written to the stats file.
 const STATS_EVERY: Duration = Duration::from_secs(1);
 /// The lower canonical half: user space (the plugin's own test for user mode).
@@ -80,6 +86,9 @@ struct Attributor {
     miss_reads: u64,
     /// Processes first found by a look for new pids (not by a rescan).
     found_new: u64,
+    budget: Budget,
+    /// Records left unattributed because the search budget was spent.
+    skipped: u64,
 }
 
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
@@ -118,6 +127,8 @@ impl Attributor {
             reads: 0,
             miss_reads: 0,
             found_new: 0,
+            budget: Budget::new(SEARCHES_PER_S),
+            skipped: 0,
         }
     }
 
@@ -211,11 +222,25 @@ impl Attributor {
         let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
         let listed = self.procs.len();
-        let order: Vec<usize> = first
+        // The vCPU's last process and the busiest first (`rescan` sorts them so), always.
+        let quick: Vec<usize> = first
             .into_iter()
-            .chain((0..listed).filter(|&i| Some(i) != first))
+            .chain((0..listed.min(QUICK_TRIES)).filter(|&i| Some(i) != first))
             .collect();
-        for i in order {
+        for &i in &quick {
+            if let Some(pid) = self.try_proc(i, r, pfn) {
+                return Some(pid);
+            }
+        }
+        // The rest only within the budget: most records no busy process maps belong to
+        // processes that lived a few milliseconds (the rig's commands), whose search costs a
+        // read of every listed process and finds nothing.
+        if !self.budget.take() {
+            self.skipped += 1;
+            self.miss_reads += self.reads - reads_before;
+            return None;
+        }
+        for i in (0..listed).filter(|i| !quick.contains(i)) {
             if let Some(pid) = self.try_proc(i, r, pfn) {
                 return Some(pid);
             }
@@ -234,6 +259,36 @@ impl Attributor {
     }
 }
 
+/// A token bucket: at most `per_s` a second, as many at once.
+struct Budget {
+    per_s: f64,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Budget {
+    fn new(per_s: f64) -> Budget {
+        Budget {
+            per_s,
+            tokens: per_s,
+            at: Instant::now(),
+        }
+    }
+
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * self.per_s;
+        self.tokens = (self.tokens + refill).min(self.per_s);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 #[derive(Default)]
 struct Figures {
     records: u64,
@@ -248,6 +303,9 @@ struct Figures {
     batch_ns_total: u64,
     batch_ns_max: u64,
     by_pid: HashMap<u32, u64>,
+    /// Unattributed records per virtual page (at most [`MISSED_PAGES`] pages), to tell where
+    /// they come from: stack and library addresses of processes that lived a few milliseconds.
+    missed: HashMap<u64, u64>,
 }
 
 impl Figures {
@@ -260,7 +318,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} new_procs={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} new_procs={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -271,11 +329,22 @@ impl Figures {
             attributor.reads,
             attributor.miss_reads,
             attributor.found_new,
+            attributor.skipped,
             self.batches,
             self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
             self.batch_ns_max as f64 / 1e3,
             skipped,
             top.join(","),
+            self.missed.len(),
+            {
+                let mut m: Vec<(u64, u64)> = self.missed.iter().map(|(&p, &n)| (p, n)).collect();
+                m.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
+                m.iter()
+                    .take(12)
+                    .map(|(p, n)| format!("{:#x}:{n}", p << 12))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
         );
         let tmp = format!("{path}.tmp");
         if std::fs::write(&tmp, text).is_ok() {
@@ -341,6 +410,11 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
     // Opened first, then SYNC: the header comes after the open, so it is not discarded.
     Ctl::open_retrying()?.ok("SYNC")?;
     let mut fifo = open_out(out, period)?;
+    // The rig starts the phase on this line: every promoter is at work before it begins.
+    println!("relay: ready");
+    std::io::stdout()
+        .flush()
+        .map_err(|e| format!("stdout: {e}"))?;
     let mut fig = Figures {
         pipe_opens: 1,
         ..Figures::default()
@@ -382,7 +456,13 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
                     let _ = w.write_sample(&sample(&r, pid, &topo));
                     fig.lines += 1;
                 }
-                None => fig.unattributed += 1,
+                None => {
+                    fig.unattributed += 1;
+                    let vpn = r.vaddr >> 12;
+                    if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
+                        *fig.missed.entry(vpn).or_default() += 1;
+                    }
+                }
             }
         });
         if !lines.is_empty()
@@ -407,4 +487,21 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
     }
     fig.write(stats, &attributor, split.skipped);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full bucket gives `per_s` at once and then nothing until time refills it (25 takes
+    /// in well under the 40 ms one more token needs).
+    #[test]
+    fn budget_gives_its_rate_at_once_then_waits() {
+        let mut b = Budget::new(25.0);
+        assert!((0..25).all(|_| b.take()));
+        assert!(!b.take());
+        std::thread::sleep(Duration::from_millis(45));
+        assert!(b.take());
+        assert!(!b.take());
+    }
 }

@@ -10,10 +10,11 @@
 //! snapshots) and its fast one (in the later), and both counts go to that one page.
 //!
 //! The hot set is the fewest pages holding 80 % of the program's counted accesses (issue 18's
-//! definition). Pages that other processes map too (libc's) are kept out: the plugin counts a
-//! frame's accesses whoever makes them, so a shared page's count is not the program's (when
-//! the rig's `migratepages` still moved shared pages, libc's symbol tables, read by every new
-//! redis-benchmark, came out as Redis's hot pages with no Redis sample on them). Over-promotion is the pages moved from a lower-tier node to a top-tier node
+//! definition). Pages that other processes map too (libc's), or may (a file's page cache), are
+//! kept out: the plugin counts a frame's accesses whoever makes them, so a shared page's count
+//! is not the program's (when the rig's `migratepages` still moved shared pages, libc's symbol
+//! tables, read by every new redis-benchmark, came out as Redis's hot pages with no Redis
+//! sample on them; later libssl's and libstdc++'s, which only Redis mapped between rounds). Over-promotion is the pages moved from a lower-tier node to a top-tier node
 //! between the first and the last snapshot that are not in the hot set, per hot page.
 
 use std::collections::{HashMap, HashSet};
@@ -342,21 +343,44 @@ fn left_summary(left: &[(u64, u64, u64)], interval: f64) -> String {
     )
 }
 
-/// The virtual pages of `snap` whose frame more than one mapping holds now (/proc/kpagecount:
-/// one u64 per PFN, the page's map count; Documentation/admin-guide/mm/pagemap.rst). None
-/// where kpagecount cannot be read.
-fn shared_pages(snap: &[(u64, u64)]) -> HashSet<u64> {
+/// kpageflags' bit for an anonymous page (include/uapi/linux/kernel-page-flags.h `KPF_ANON`).
+const KPF_ANON: u64 = 1 << 12;
+
+/// The virtual pages of `snap` whose frame other processes map or may map: more than one
+/// mapping holds it now (/proc/kpagecount: one u64 per PFN, the page's map count), or it is
+/// not anonymous (/proc/kpageflags without `KPF_ANON`): a file's page cache, which every
+/// process that maps the file reads through its own mapping. The program may be the only one
+/// mapping a library page at the end and yet not its only reader: each round's redis-benchmark
+/// maps libssl and libstdc++ and its loader reads their symbol tables, through frames the rig's
+/// `migratepages` moved with Redis's (Documentation/admin-guide/mm/pagemap.rst). Returns the
+/// set and how many of it were file pages; empty where the files cannot be read.
+fn shared_pages(snap: &[(u64, u64)]) -> (HashSet<u64>, usize) {
     use std::os::unix::fs::FileExt;
-    let Ok(f) = std::fs::File::open("/proc/kpagecount") else {
-        return HashSet::new();
+    let read = |f: &std::fs::File, pfn: u64| {
+        let mut b = [0u8; 8];
+        f.read_exact_at(&mut b, pfn * 8)
+            .ok()
+            .map(|()| u64::from_le_bytes(b))
     };
-    snap.iter()
-        .filter(|&&(_, pfn)| {
-            let mut b = [0u8; 8];
-            f.read_exact_at(&mut b, pfn * 8).is_ok() && u64::from_le_bytes(b) > 1
-        })
-        .map(|&(vpn, _)| vpn)
-        .collect()
+    let counts = std::fs::File::open("/proc/kpagecount").ok();
+    let flags = std::fs::File::open("/proc/kpageflags").ok();
+    let mut shared = HashSet::new();
+    let mut file = 0;
+    for &(vpn, pfn) in snap {
+        let mapped_more = counts
+            .as_ref()
+            .and_then(|f| read(f, pfn))
+            .is_some_and(|n| n > 1);
+        let not_anon = flags
+            .as_ref()
+            .and_then(|f| read(f, pfn))
+            .is_some_and(|fl| fl & KPF_ANON == 0);
+        if mapped_more || not_anon {
+            shared.insert(vpn);
+            file += usize::from(not_anon && !mapped_more);
+        }
+    }
+    (shared, file)
 }
 
 /// DUMPs the plugin's counts and prints the truth for the snapshots as one line of JSON.
@@ -373,7 +397,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
             .node_of(pfn << 12)
             .is_some_and(|n| !topo.is_lower_tier(n))
     };
-    let shared = shared_pages(snaps.last().map_or(&[][..], |s| &s[..]));
+    let (shared, file_pages) = shared_pages(snaps.last().map_or(&[][..], |s| &s[..]));
     let t = compute(&counts, &snaps, fast, &shared)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
     let left = left_summary(&t.left_hot, interval);
@@ -399,7 +423,7 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
             .map(|p| format!("{p:.1}"))
             .collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"first_sample_series\":[{}],\"left_hot\":{left}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_file_pages\":{file_pages},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"first_sample_series\":[{}],\"left_hot\":{left}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
