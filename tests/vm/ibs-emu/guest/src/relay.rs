@@ -198,13 +198,35 @@ impl Attributor {
         self.reads += 1;
         match frame(&self.procs[i].pagemap, r.vaddr) {
             Ok(Some(f)) if f == pfn => {
-                self.last.insert(r.vcpu, i as u32);
                 self.procs[i].hits += 1;
                 self.known.insert((r.vaddr >> 12, pfn), self.procs[i].pid);
-                Some(self.procs[i].pid)
+                let pid = self.procs[i].pid;
+                let at = self.move_up(i);
+                self.last.insert(r.vcpu, at as u32);
+                Some(pid)
             }
             _ => None,
         }
+    }
+
+    /// Keeps the busiest processes at the front between rescans: a process found by a search
+    /// that now has more records than the last of the quick tries takes its place, so a
+    /// program that starts being sampled (the phase's first second, before any rescan has
+    /// sorted it forward) is not left to the search budget. Returns `i`'s new index.
+    fn move_up(&mut self, i: usize) -> usize {
+        let edge = QUICK_TRIES.min(self.procs.len()).saturating_sub(1);
+        if i <= edge || self.procs[i].hits <= self.procs[edge].hits {
+            return i;
+        }
+        self.procs.swap(i, edge);
+        for at in self.last.values_mut() {
+            if *at as usize == i {
+                *at = edge as u32;
+            } else if *at as usize == edge {
+                *at = i as u32;
+            }
+        }
+        edge
     }
 
     fn pid_of(&mut self, r: &Record) -> Option<u32> {
