@@ -28,14 +28,11 @@ use crate::{Ctl, Res, port};
 /// How often the candidate processes are listed again (exited ones pruned, the busiest
 /// first, the frames nobody mapped forgotten).
 const RESCAN: Duration = Duration::from_millis(500);
-/// A record no listed process maps may be a process started since the last listing (each
-/// round's redis-benchmark, the rig's own commands): at most this often, /proc is read for new
-/// pids only and just those are tried, rather than leaving a new process's records
-/// unattributed for up to [`RESCAN`] at the cost of a read of every listed process each.
-const NEW_PIDS: Duration = Duration::from_millis(50);
+/// Most (page, frame) pairs `known` holds.
+const KNOWN_MAX: usize = 1 << 18;
 /// Processes tried for every record not already known: the vCPU's last and the busiest.
 const QUICK_TRIES: usize = 2;
-/// Searches of every other listed process (and of /proc for new ones) a second, at most.
+/// Searches of every other listed process a second, at most.
 const SEARCHES_PER_S: f64 = 25.0;
 /// After each batch the relay waits this long before reading again, so that it reads, looks
 /// up and writes several records per system call rather than one (the plugin flushes every
@@ -47,8 +44,9 @@ const SEARCHES_PER_S: f64 = 25.0;
 /// sampler's poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
 const GATHER: Duration = Duration::from_millis(10);
 /// Most pages `Figures::missed` keeps.
-const MISSED_PAGES: usize = 100_000;
-/// How often the figures are written to the stats file.
+const MISSED_PAGES: usize = 16_384;
+/// How often the figures are written to the stats file while the relay runs (without the
+/// per-page list of misses, which is sorted once, at the end).
 const STATS_EVERY: Duration = Duration::from_secs(1);
 /// The lower canonical half: user space (the plugin's own test for user mode).
 const USER_TOP: u64 = 0x0000_8000_0000_0000;
@@ -64,19 +62,21 @@ struct Proc {
 struct Attributor {
     procs: Vec<Proc>,
     scanned: Option<Instant>,
-    /// When /proc was last read for new pids (a rescan counts).
-    listed: Option<Instant>,
     /// Index into `procs` of the last process found, per vCPU.
     last: HashMap<u32, u32>,
     /// Frames no process mapped at that address since the last rescan (an exited process,
     /// a page being migrated): not looked up again until the next rescan.
     nobody: std::collections::HashSet<u64>,
     /// (virtual page, frame) -> pid: a hot page is sampled again and again, and each pagemap
-    /// read is a system call (tens of microseconds under TCG). Kept across rescans, less the
-    /// processes that exited: a moved page has a new frame, so a new key, and another process
-    /// mapping the same frame at the same address after it was freed is what the rescan's
-    /// pruning leaves to chance.
+    /// read is a system call (tens of microseconds under TCG). Kept across rescans; an entry
+    /// of a process that has exited is dropped when it is next used (pruning the whole map at
+    /// each rescan walked megabytes every half second, and under the plugin's modelled cache
+    /// each of the relay's memory misses costs the guest as one of the program's does). A
+    /// moved page has a new frame, so a new key, and another process mapping the same frame
+    /// at the same address after it was freed is left to chance. Cleared past [`KNOWN_MAX`].
     known: HashMap<(u64, u64), u32>,
+    /// The pids the last rescan listed.
+    live: std::collections::HashSet<u32>,
     /// Pids with no executable (kernel threads), not looked at again while they exist (a pid
     /// reused between two rescans would be missed: with pid_max in the millions, rare).
     not_user: std::collections::HashSet<u32>,
@@ -84,8 +84,6 @@ struct Attributor {
     reads: u64,
     /// Of those, the reads for records that no process turned out to map.
     miss_reads: u64,
-    /// Processes first found by a look for new pids (not by a rescan).
-    found_new: u64,
     budget: Budget,
     /// Records left unattributed because the search budget was spent.
     skipped: u64,
@@ -119,14 +117,13 @@ impl Attributor {
         Attributor {
             procs: Vec::new(),
             scanned: None,
-            listed: None,
             last: HashMap::new(),
             nobody: std::collections::HashSet::new(),
             known: HashMap::new(),
+            live: std::collections::HashSet::new(),
             not_user: std::collections::HashSet::new(),
             reads: 0,
             miss_reads: 0,
-            found_new: 0,
             budget: Budget::new(SEARCHES_PER_S),
             skipped: 0,
         }
@@ -153,9 +150,11 @@ impl Attributor {
         self.procs.sort_by_key(|p| std::cmp::Reverse(p.hits));
         self.last.clear();
         self.nobody.clear();
-        self.known.retain(|_, pid| live.contains(pid));
+        self.live = live;
+        if self.known.len() > KNOWN_MAX {
+            self.known.clear();
+        }
         self.scanned = Some(Instant::now());
-        self.listed = self.scanned;
     }
 
     /// A user process's entry with its pagemap open; `None` for a kernel thread (remembered)
@@ -174,23 +173,6 @@ impl Attributor {
             pagemap,
             hits: 0,
         })
-    }
-
-    /// Lists /proc again for processes not yet listed and opens them; returns where they start
-    /// in `procs`. Nothing else changes, so the caches stay valid.
-    fn add_new(&mut self) -> usize {
-        let from = self.procs.len();
-        self.listed = Some(Instant::now());
-        let have: std::collections::HashSet<u32> = self.procs.iter().map(|p| p.pid).collect();
-        for pid in proc_pids() {
-            if !have.contains(&pid)
-                && let Some(p) = self.open_user(pid)
-            {
-                self.procs.push(p);
-            }
-        }
-        self.found_new += (self.procs.len() - from) as u64;
-        from
     }
 
     /// Tries `procs[i]` for `r`'s page; on a match, remembers it for the vCPU and the page.
@@ -238,8 +220,12 @@ impl Attributor {
             return None;
         }
         let key = (r.vaddr >> 12, pfn);
-        if let Some(&pid) = self.known.get(&key) {
-            return Some(pid);
+        match self.known.get(&key) {
+            Some(&pid) if self.live.contains(&pid) => return Some(pid),
+            Some(_) => {
+                self.known.remove(&key);
+            }
+            None => {}
         }
         let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
@@ -265,14 +251,6 @@ impl Attributor {
         for i in (0..listed).filter(|i| !quick.contains(i)) {
             if let Some(pid) = self.try_proc(i, r, pfn) {
                 return Some(pid);
-            }
-        }
-        if self.listed.is_none_or(|t| t.elapsed() >= NEW_PIDS) {
-            let from = self.add_new();
-            for i in from..self.procs.len() {
-                if let Some(pid) = self.try_proc(i, r, pfn) {
-                    return Some(pid);
-                }
             }
         }
         self.miss_reads += self.reads - reads_before;
@@ -331,7 +309,8 @@ struct Figures {
 }
 
 impl Figures {
-    fn write(&self, path: &str, attributor: &Attributor, skipped: u64) {
+    /// Writes the figures; `end`: with the most missed pages, sorted (a walk of `missed`).
+    fn write(&self, path: &str, attributor: &Attributor, skipped: u64, end: bool) {
         let mut top: Vec<(u32, u64)> = self.by_pid.iter().map(|(&p, &n)| (p, n)).collect();
         top.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
         let top: Vec<String> = top
@@ -340,7 +319,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} new_procs={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -350,7 +329,6 @@ impl Figures {
             self.pipe_opens,
             attributor.reads,
             attributor.miss_reads,
-            attributor.found_new,
             attributor.skipped,
             self.batches,
             self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
@@ -358,7 +336,9 @@ impl Figures {
             skipped,
             top.join(","),
             self.missed.len(),
-            {
+            if !end {
+                "-".to_string()
+            } else {
                 let mut m: Vec<(u64, u64)> = self.missed.iter().map(|(&p, &n)| (p, n)).collect();
                 m.sort_by_key(|&(p, n)| (std::cmp::Reverse(n), p));
                 m.iter()
@@ -502,12 +482,12 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
         fig.batch_ns_total += took;
         fig.batch_ns_max = fig.batch_ns_max.max(took);
         if stats_at.elapsed() >= STATS_EVERY {
-            fig.write(stats, &attributor, split.skipped);
+            fig.write(stats, &attributor, split.skipped, false);
             stats_at = Instant::now();
         }
         std::thread::sleep(GATHER);
     }
-    fig.write(stats, &attributor, split.skipped);
+    fig.write(stats, &attributor, split.skipped, true);
     Ok(())
 }
 
