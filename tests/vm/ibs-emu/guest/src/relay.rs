@@ -7,7 +7,8 @@
 //! 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/pagemap.rst, fs/proc/task_mmu.c
 //! `pagemap_read`). Every user process is a candidate, as perf would attribute a hardware
 //! sample to whatever ran, so pghotd's own scope decides what it manages; the process last
-//! found for the sample's vCPU is tried first.
+//! found for the sample's vCPU and the busiest are tried first, the others within a budget
+//! of searches a second (see `Attributor::pid_of`).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use pghotd::clock::monotonic_ns;
+use pghotd::migrator::ratelimit::{Clock, MonotonicClock, TokenBucket};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::trace::{TRACE_HEADER, TraceWriter};
 use pghotd::topology::{SysfsRoot, Topology};
@@ -33,7 +35,7 @@ const KNOWN_MAX: usize = 1 << 18;
 /// Processes tried for every record not already known: the vCPU's last and the busiest.
 const QUICK_TRIES: usize = 2;
 /// Searches of every other listed process a second, at most.
-const SEARCHES_PER_S: f64 = 25.0;
+const SEARCHES_PER_S: u64 = 25;
 /// After each batch the relay waits this long before reading again, so that it reads, looks
 /// up and writes several records per system call rather than one (the plugin flushes every
 /// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
@@ -82,7 +84,7 @@ struct Attributor {
     not_user: std::collections::HashSet<u32>,
     /// pagemap reads, for the cost figure.
     reads: u64,
-    /// Of those, the reads for records that no process turned out to map.
+    /// Of those, the reads for records left unattributed.
     miss_reads: u64,
     budget: Budget,
     /// Records left unattributed because the search budget was spent.
@@ -259,33 +261,24 @@ impl Attributor {
     }
 }
 
-/// A token bucket: at most `per_s` a second, as many at once.
+/// At most `per_s` a second, as many at once: pghotd's own migration rate limiter, counting
+/// searches instead of bytes.
 struct Budget {
-    per_s: f64,
-    tokens: f64,
-    at: Instant,
+    bucket: TokenBucket,
+    clock: MonotonicClock,
 }
 
 impl Budget {
-    fn new(per_s: f64) -> Budget {
+    fn new(per_s: u64) -> Budget {
+        let clock = MonotonicClock::default();
         Budget {
-            per_s,
-            tokens: per_s,
-            at: Instant::now(),
+            bucket: TokenBucket::new(per_s, clock.now()),
+            clock,
         }
     }
 
     fn take(&mut self) -> bool {
-        let now = Instant::now();
-        let refill = now.duration_since(self.at).as_secs_f64() * self.per_s;
-        self.tokens = (self.tokens + refill).min(self.per_s);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+        self.bucket.take_units(self.clock.now(), 1, 1) == 1
     }
 }
 
@@ -499,7 +492,7 @@ mod tests {
     /// in well under the 40 ms one more token needs).
     #[test]
     fn budget_gives_its_rate_at_once_then_waits() {
-        let mut b = Budget::new(25.0);
+        let mut b = Budget::new(25);
         assert!((0..25).all(|_| b.take()));
         assert!(!b.take());
         std::thread::sleep(Duration::from_millis(45));
