@@ -6,7 +6,8 @@
 //! pgibs-guest ctl COMMAND...        send each command, print each text answer line
 //! pgibs-guest check [--period N] -- WORKLOAD-ARGV...
 //! pgibs-guest relay FIFO PERIOD STATS-FILE [EXCLUDE-PID...]   samples -> pghot-trace lines
-//! pgibs-guest snap PID FILE         PID's present pages and frames (for truth)
+//! pgibs-guest snap PID FILE         the plugin's counts so far (FILE.counts), then PID's
+//!                                   present pages and frames (FILE), for truth
 //! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
 //! ```
 //!

@@ -2,12 +2,14 @@
 //! phase (from the plugin's per-frame access counts) and where they were at each moment (from
 //! snapshots of its page table).
 //!
-//! `pgibs-guest snap PID FILE` records every present page of PID's user mappings with its
-//! frame (/proc/PID/pagemap: bit 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/
-//! pagemap.rst). `pgibs-guest truth SNAP...` then DUMPs the plugin's counts (since its last
-//! RESET) and gives each counted frame to the virtual page it held in the latest snapshot
-//! that has it: a promoted page has two frames in the phase, its slow one (in the early
-//! snapshots) and its fast one (in the later), and both counts go to that one page.
+//! `pgibs-guest snap PID FILE` DUMPs the plugin's counts since its last RESET into
+//! FILE.counts and records every present page of PID's user mappings with its frame
+//! (/proc/PID/pagemap: bit 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/
+//! pagemap.rst). `pgibs-guest truth SNAP...` then gives each round's count of a frame (the
+//! difference of two snapshots' counts) to the page that held the frame at that round's end,
+//! or at its start (see `compute`): a promoted page has two frames in the phase, its slow one
+//! and its fast one, and both counts go to that one page, but not what a client did with the
+//! fast frame before the page moved into it.
 //!
 //! The hot set is the fewest pages holding 80 % of the program's counted accesses (issue 18's
 //! definition). Pages that other processes map too (libc's), or may (a file's page cache), are
@@ -70,6 +72,16 @@ pub fn snapshot(pid: u32) -> Res<Vec<(u64, u64)>> {
 }
 
 pub fn write_snapshot(pid: u32, path: &str) -> Res<usize> {
+    // The plugin's counts since RESET first, then the page table: the round's accesses are
+    // given to the pages as they are at its end (see `compute`).
+    let (_, counts) = Ctl::open_retrying()?.dump()?;
+    let mut raw = Vec::with_capacity(counts.len() * 8);
+    for (pfn, n) in &counts {
+        raw.extend_from_slice(&pfn.to_le_bytes());
+        raw.extend_from_slice(&n.to_le_bytes());
+    }
+    let counts_path = counts_path(path);
+    std::fs::write(&counts_path, raw).map_err(|e| format!("{counts_path}: {e}"))?;
     let snap = snapshot(pid)?;
     let mut bytes = Vec::with_capacity(snap.len() * 16);
     for (vpn, pfn) in &snap {
@@ -80,6 +92,48 @@ pub fn write_snapshot(pid: u32, path: &str) -> Res<usize> {
         .and_then(|mut f| f.write_all(&bytes))
         .map_err(|e| format!("{path}: {e}"))?;
     Ok(snap.len())
+}
+
+/// Where `write_snapshot` puts the plugin's counts beside a snapshot.
+fn counts_path(snap: &str) -> String {
+    format!("{snap}.counts")
+}
+
+/// The (pfn, count) records `write_snapshot` wrote: counts since the plugin's RESET.
+fn read_counts(path: &str) -> Res<HashMap<u32, u32>> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if bytes.len() % 8 != 0 {
+        return Err(format!(
+            "{path}: {} bytes is not a whole number of records",
+            bytes.len()
+        ));
+    }
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| {
+            (
+                u32::from_le_bytes(c[..4].try_into().unwrap()),
+                u32::from_le_bytes(c[4..].try_into().unwrap()),
+            )
+        })
+        .collect())
+}
+
+/// Each round's counts from the cumulative ones at each snapshot: frame by frame, what the
+/// later snapshot's count adds to the earlier one's.
+fn per_round(cumulative: &[HashMap<u32, u32>]) -> Vec<Vec<(u32, u32)>> {
+    cumulative
+        .windows(2)
+        .map(|w| {
+            let mut round: Vec<(u32, u32)> = w[1]
+                .iter()
+                .map(|(&pfn, &n)| (pfn, n.wrapping_sub(w[0].get(&pfn).copied().unwrap_or(0))))
+                .filter(|&(_, n)| n != 0)
+                .collect();
+            round.sort_unstable();
+            round
+        })
+        .collect()
 }
 
 fn read_snapshot(path: &str) -> Res<Vec<(u64, u64)>> {
@@ -151,10 +205,17 @@ pub struct Contest {
     pub other: Vec<u64>,
 }
 
-/// `counts`: (pfn, accesses) from the plugin; `snaps`: (vpn, pfn) per snapshot, oldest
-/// first; `fast`: whether a pfn is on a top-tier node.
+/// `rounds[r]`: (pfn, accesses) the plugin counted between snapshots `r` and `r + 1`;
+/// `snaps`: (vpn, pfn) per snapshot, oldest first (one more than `rounds`); `fast`: whether a
+/// pfn is on a top-tier node.
+///
+/// A round's count of a frame goes to the page that held the frame at the round's end, or, if
+/// none did, at its start (the page moved away during the round, and its accesses there were
+/// made before the move). A frame the program held at neither is not counted: frames are
+/// reused, and a promoted page's new frame may have been a client's a round before, whose
+/// accesses a whole-phase count would have given to the promoted page.
 pub fn compute(
-    counts: &[(u32, u32)],
+    rounds: &[Vec<(u32, u32)>],
     snaps: &[Vec<(u64, u64)>],
     fast: impl Fn(u64) -> bool,
     shared: &HashSet<u64>,
@@ -162,12 +223,17 @@ pub fn compute(
     let (Some(first), Some(last)) = (snaps.first(), snaps.last()) else {
         return Err("truth needs at least one snapshot".into());
     };
-    let mut page_of: HashMap<u64, u64> = HashMap::new();
-    for snap in snaps {
-        for &(vpn, pfn) in snap {
-            page_of.insert(pfn, vpn);
-        }
+    if rounds.len() + 1 != snaps.len() {
+        return Err(format!(
+            "truth needs one count per round: {} counts for {} snapshots",
+            rounds.len(),
+            snaps.len()
+        ));
     }
+    let page_of: Vec<HashMap<u64, u64>> = snaps
+        .iter()
+        .map(|snap| snap.iter().map(|&(vpn, pfn)| (pfn, vpn)).collect())
+        .collect();
     let (mut app_fast_accesses, mut app_slow_accesses) = (0, 0);
     let mut per_page: HashMap<u64, u64> = HashMap::new();
     for snap in snaps {
@@ -175,10 +241,17 @@ pub fn compute(
             per_page.entry(vpn).or_default();
         }
     }
-    for &(pfn, n) in counts {
-        if let Some(vpn) = page_of.get(&u64::from(pfn)) {
+    for (r, counts) in rounds.iter().enumerate() {
+        for &(pfn, n) in counts {
+            let pfn64 = u64::from(pfn);
+            let Some(vpn) = page_of[r + 1]
+                .get(&pfn64)
+                .or_else(|| page_of[r].get(&pfn64))
+            else {
+                continue;
+            };
             *per_page.get_mut(vpn).unwrap() += u64::from(n);
-            if fast(u64::from(pfn)) {
+            if fast(pfn64) {
                 app_fast_accesses += u64::from(n);
             } else {
                 app_slow_accesses += u64::from(n);
@@ -386,7 +459,7 @@ fn shared_pages(snap: &[(u64, u64)]) -> (HashSet<u64>, usize) {
 /// DUMPs the plugin's counts and prints the truth for the snapshots as one line of JSON.
 pub fn report(snap_paths: &[String]) -> Res<()> {
     let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
-    let (plugin, counts) = Ctl::open_retrying()?.dump()?;
+    let (plugin, _) = Ctl::open_retrying()?.dump()?;
     let interval = crate::reach::mean_interval(plugin.get("period").copied().unwrap_or(0));
     let snaps = snap_paths
         .iter()
@@ -397,8 +470,12 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
             .node_of(pfn << 12)
             .is_some_and(|n| !topo.is_lower_tier(n))
     };
+    let cumulative = snap_paths
+        .iter()
+        .map(|p| read_counts(&counts_path(p)))
+        .collect::<Res<Vec<_>>>()?;
     let (shared, file_pages) = shared_pages(snaps.last().map_or(&[][..], |s| &s[..]));
-    let t = compute(&counts, &snaps, fast, &shared)?;
+    let t = compute(&per_round(&cumulative), &snaps, fast, &shared)?;
     let series: Vec<String> = t.hot_fast_pct.iter().map(|p| format!("{p:.1}")).collect();
     let left = left_summary(&t.left_hot, interval);
     let reach: Vec<String> = [1, 2, 4, 8]
@@ -467,8 +544,8 @@ mod tests {
     fn hot_set_placement_and_over_promotion_by_hand() {
         let start = vec![(1, 100), (2, 101), (3, 102), (4, 103)];
         let end = vec![(1, 10), (2, 101), (3, 12), (4, 103)];
-        let counts = [(100, 30), (10, 20), (101, 30), (12, 15), (103, 5), (7, 999)];
-        let t = compute(&counts, &[start, end], |pfn| pfn < 100, &HashSet::new()).unwrap();
+        let counts = vec![(100, 30), (10, 20), (101, 30), (12, 15), (103, 5), (7, 999)];
+        let t = compute(&[counts], &[start, end], |pfn| pfn < 100, &HashSet::new()).unwrap();
         assert_eq!(t.pages, 4);
         assert_eq!(t.accesses, 100);
         assert_eq!(t.hot_pages, 2);
@@ -495,7 +572,7 @@ mod tests {
         let start = vec![(1, 100), (2, 101)];
         let end = vec![(1, 100), (2, 11)];
         let t = compute(
-            &[(100, 10)],
+            &[vec![(100, 10)]],
             &[start, end],
             |pfn| pfn < 100,
             &HashSet::new(),
@@ -515,18 +592,59 @@ mod tests {
     fn pages_other_processes_map_are_kept_apart() {
         let start = vec![(1, 100), (2, 101), (3, 102)];
         let end = vec![(1, 10), (2, 101), (3, 102)];
-        let counts = [(100, 60), (10, 5), (101, 30), (102, 10)];
+        let counts = vec![(100, 60), (10, 5), (101, 30), (102, 10)];
         let shared: HashSet<u64> = [1].into();
-        let t = compute(&counts, &[start, end], |pfn| pfn < 100, &shared).unwrap();
+        let t = compute(&[counts], &[start, end], |pfn| pfn < 100, &shared).unwrap();
         assert_eq!((t.pages, t.accesses, t.hot_pages), (2, 40, 2));
         assert_eq!((t.promoted, t.over_promotion_pct), (0, 0.0));
         assert_eq!((t.shared_pages, t.shared_accesses), (1, 65));
     }
 
+    /// By hand, two rounds: A (vpn 1) on slow frame 100 moves to fast frame 10 during round 2;
+    /// B (vpn 2) stays on slow frame 101. In round 1 frame 10 was another process's, with 500
+    /// accesses. Round 1: 100 -> 5, 10 -> 500; round 2: 100 -> 2 (before the move: frame 100
+    /// is A's at the round's start), 10 -> 3, 101 -> 40. A has 5 + 2 + 3 = 10, B 40, not 510
+    /// for A as a count over the whole phase would give. 80 % of 50 is B's 40: the hot set is
+    /// {B}, and A, promoted, is over-promotion.
+    #[test]
+    fn a_reused_frame_counts_for_its_page_only_while_the_page_holds_it() {
+        let s0 = vec![(1, 100), (2, 101)];
+        let s1 = s0.clone();
+        let s2 = vec![(1, 10), (2, 101)];
+        let rounds = [
+            vec![(10, 500), (100, 5)],
+            vec![(10, 3), (100, 2), (101, 40)],
+        ];
+        let t = compute(&rounds, &[s0, s1, s2], |pfn| pfn < 100, &HashSet::new()).unwrap();
+        assert_eq!((t.accesses, t.hot_pages), (50, 1));
+        assert_eq!(
+            (t.promoted, t.promoted_hot, t.over_promotion_pct),
+            (1, 0, 100.0)
+        );
+        assert_eq!((t.app_fast_accesses, t.app_slow_accesses), (3, 47));
+    }
+
+    /// Cumulative counts 0 -> {7: 5} -> {7: 9, 8: 1}: rounds {7: 5} and {7: 4, 8: 1}.
+    #[test]
+    fn rounds_from_cumulative_counts() {
+        let c = [HashMap::new(), [(7, 5)].into(), [(7, 9), (8, 1)].into()];
+        assert_eq!(per_round(&c), vec![vec![(7, 5)], vec![(7, 4), (8, 1)]]);
+    }
+
     #[test]
     fn no_counted_access_is_an_error_not_a_perfect_score() {
         let snap = vec![(1, 100)];
-        assert!(compute(&[(5, 1)], &[snap], |_| true, &HashSet::new()).is_err());
+        assert!(
+            compute(
+                &[vec![(5, 1)]],
+                &[snap.clone(), snap.clone()],
+                |_| true,
+                &HashSet::new()
+            )
+            .is_err()
+        );
         assert!(compute(&[], &[], |_| true, &HashSet::new()).is_err());
+        // One count per round between snapshots, or the attribution has no meaning.
+        assert!(compute(&[vec![(100, 1)]], &[snap], |_| true, &HashSet::new()).is_err());
     }
 }
