@@ -99,24 +99,25 @@ fn counts_path(snap: &str) -> String {
     format!("{snap}.counts")
 }
 
-/// The (pfn, count) records `write_snapshot` wrote: counts since the plugin's RESET.
-fn read_counts(path: &str) -> Res<HashMap<u32, u32>> {
+/// The pairs of little-endian `width`-byte numbers `write_snapshot` wrote to `path`.
+fn read_pairs<T>(path: &str, width: usize, number: impl Fn(&[u8]) -> T) -> Res<Vec<(T, T)>> {
     let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    if bytes.len() % 8 != 0 {
+    if bytes.len() % (2 * width) != 0 {
         return Err(format!(
-            "{path}: {} bytes is not a whole number of records",
+            "{path}: {} bytes is not a whole number of entries",
             bytes.len()
         ));
     }
     Ok(bytes
-        .chunks_exact(8)
-        .map(|c| {
-            (
-                u32::from_le_bytes(c[..4].try_into().unwrap()),
-                u32::from_le_bytes(c[4..].try_into().unwrap()),
-            )
-        })
+        .chunks_exact(2 * width)
+        .map(|c| (number(&c[..width]), number(&c[width..])))
         .collect())
+}
+
+/// The (pfn, count) records `write_snapshot` wrote: counts since the plugin's RESET.
+fn read_counts(path: &str) -> Res<HashMap<u32, u32>> {
+    let pairs = read_pairs(path, 4, |b| u32::from_le_bytes(b.try_into().unwrap()))?;
+    Ok(pairs.into_iter().collect())
 }
 
 /// Each round's counts from the cumulative ones at each snapshot: frame by frame, what the
@@ -137,22 +138,7 @@ fn per_round(cumulative: &[HashMap<u32, u32>]) -> Vec<Vec<(u32, u32)>> {
 }
 
 fn read_snapshot(path: &str) -> Res<Vec<(u64, u64)>> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    if bytes.len() % 16 != 0 {
-        return Err(format!(
-            "{path}: {} bytes is not a whole number of entries",
-            bytes.len()
-        ));
-    }
-    Ok(bytes
-        .chunks_exact(16)
-        .map(|c| {
-            (
-                u64::from_le_bytes(c[..8].try_into().unwrap()),
-                u64::from_le_bytes(c[8..].try_into().unwrap()),
-            )
-        })
-        .collect())
+    read_pairs(path, 8, |b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
 /// What the ground truth says about one measured phase.
@@ -622,6 +608,28 @@ mod tests {
             (1, 0, 100.0)
         );
         assert_eq!((t.app_fast_accesses, t.app_slow_accesses), (3, 47));
+    }
+
+    /// Both files as `write_snapshot` lays them out, read back; a torn one is an error.
+    #[test]
+    fn snapshot_and_counts_files_read_back() {
+        let dir = std::env::temp_dir().join(format!("pgibs-truth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let snap = dir.join("snap");
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&0x7f00_0001_u64.to_le_bytes());
+        raw.extend_from_slice(&0x0008_0001_u64.to_le_bytes());
+        std::fs::write(&snap, &raw).unwrap();
+        let snap = snap.to_str().unwrap();
+        assert_eq!(
+            read_snapshot(snap).unwrap(),
+            vec![(0x7f00_0001, 0x0008_0001)]
+        );
+        std::fs::write(counts_path(snap), [7, 0, 0, 0, 5, 0, 0, 0, 1]).unwrap();
+        assert!(read_counts(&counts_path(snap)).is_err());
+        std::fs::write(counts_path(snap), [7, 0, 0, 0, 5, 0, 0, 0]).unwrap();
+        assert_eq!(read_counts(&counts_path(snap)).unwrap(), [(7, 5)].into());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Cumulative counts 0 -> {7: 5} -> {7: 9, 8: 1}: rounds {7: 5} and {7: 4, 8: 1}.
