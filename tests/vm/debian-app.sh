@@ -38,6 +38,31 @@ node_mb() {
 		END { printf "%.1f %.1f", (n[0] + n[1]) * 4 / 1024, n[2] * 4 / 1024 }' "/proc/$1/numa_maps" 2>/dev/null
 }
 
+# fast_free_mb: MB free on the fast nodes (0 and 1) together.
+fast_free_mb() {
+	cat /sys/devices/system/node/node[01]/meminfo | awk '$3 == "MemFree:" { kb += $4 } END { printf "%d", kb / 1024 }'
+}
+# fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
+# reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
+# per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
+# meets the same full fast tier, as on a server whose DRAM holds other work. fast_tier_empty
+# gives it back.
+hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/nr_hugepages"; }
+fast_tier_fill() {
+	[ -n "$RIG_FAST_FREE_MB" ] || return 0
+	local n free want
+	for n in 0 1; do
+		free=$(awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$n/meminfo")
+		want=$((free > RIG_FAST_FREE_MB ? (free - RIG_FAST_FREE_MB) / 2 : 0))
+		echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
+		info "node $n: $free MB free; $(cat "$(hugetlb_nr "$n")") of $want 2 MiB HugeTLB pages reserved; now $(awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$n/meminfo") MB free"
+	done
+}
+fast_tier_empty() {
+	[ -n "$RIG_FAST_FREE_MB" ] || return 0
+	echo 0 > "$(hugetlb_nr 0)" && echo 0 > "$(hugetlb_nr 1)" || err "giving the HugeTLB pages back failed"
+}
+
 # --- the plugin's control port --------------------------------------------------------------
 ctl_dev=
 for n in /sys/class/virtio-ports/vport*/name; do
@@ -153,15 +178,16 @@ promoter_start() {
 		# The plugin's samples reach pghotd as a real IBS sampler's would, with the pid of the
 		# process whose page it was: the relay reads them from the samples port and writes
 		# pghot-trace lines into a FIFO that the service's trace: source reads.
-		# pghotd opens the FIFO without waiting for a writer; the relay leaves out pghotd's own
-		# samples (see relay.rs: under TCG they would swamp the program's).
+		# pghotd opens the FIFO without waiting for a writer. The relay attributes samples to
+		# the program only (--only: pghotd's `pids` scope would drop any other's), so a record
+		# costs the guest one pagemap read at most (see relay.rs).
 		# A hardware sampler's source promotes on its first sample, as the pghot series' IBS
 		# benchmarks on linux-mm do (pghot_freq_threshold=1, "promote on 1st access, like
 		# NUMAB2"): one sampled access in RIG_PERIOD on the slow tier is already rare evidence,
 		# where softdirty and damon report every page they see touched.
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
 		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
-		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" "$promoter_pid" > "$work/relay.out" 2>&1 &
+		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.
@@ -232,8 +258,10 @@ info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep 
 [ "$(ctl "SLOW_NS $RIG_SLOW_NS")" = OK ] || err "the plugin refused SLOW_NS $RIG_SLOW_NS"
 [ "$(ctl "FAST_NS $RIG_FAST_NS")" = OK ] || err "the plugin refused FAST_NS $RIG_FAST_NS"
 info "plugin armed: $(ctl STATS)"
+fast_tier_fill
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
+free0=$(fast_free_mb)
 promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
 snap 0
@@ -274,13 +302,15 @@ if [ -n "$relay_pid" ]; then
 	[ -n "$relay" ] || relay='null'
 fi
 promoter_stop
+free1=$(fast_free_mb)
+fast_tier_empty
 read -r fast1 slow1 <<< "$(node_mb "$app_pid")"
 delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 == n { print $2 }')" '$1 == n { print $2 - b }' /proc/vmstat; }
 # The last half of the rounds: the program's speed once the promoter had its chance.
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"promoter_threads_cpu_s":"%s","truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"promoter_threads_cpu_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -291,4 +321,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${threads:-}" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${threads:-}" "$free0" "$free1" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"

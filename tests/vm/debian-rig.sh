@@ -67,6 +67,9 @@ Options:
                         --app: a line added to /etc/pghotd/pghotd.toml for the pghotd-*
                         scenarios (repeatable; every other setting stays at its default);
                         checked on the host with pghotd --check-config first
+  --fast-free-mb N      --app: leave about N MB free on each fast node (0 and 1) for the
+                        measured phase, the rest held by HugeTLB pages no promoter can use
+                        (default: the fast nodes as booted, with most of their 1 GiB free)
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
@@ -99,6 +102,7 @@ cache_kb=1024
 hot_keys=2048
 pipeline=16
 pghotd_set=()
+fast_free_mb=
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -123,6 +127,7 @@ while [ $# -gt 0 ]; do
 	--hot-keys) need_arg "$@"; hot_keys=$2; shift ;;
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
+	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -160,6 +165,7 @@ for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
+[ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
 command -v jq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2 || die "jq is needed"
@@ -282,6 +288,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_SLOW_NS=$slow_ns"
 	echo "RIG_FAST_NS=$fast_ns"
 	echo "RIG_PERIOD=$period"
+	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.

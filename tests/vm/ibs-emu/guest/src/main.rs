@@ -5,7 +5,8 @@
 //! ```text
 //! pgibs-guest ctl COMMAND...        send each command, print each text answer line
 //! pgibs-guest check [--period N] -- WORKLOAD-ARGV...
-//! pgibs-guest relay FIFO PERIOD STATS-FILE [EXCLUDE-PID...]   samples -> pghot-trace lines
+//! pgibs-guest relay FIFO PERIOD STATS-FILE [--only PID,...] [EXCLUDE-PID...]
+//!                                   samples -> pghot-trace lines
 //! pgibs-guest snap PID FILE         the plugin's counts so far (FILE.counts), then PID's
 //!                                   present pages and frames (FILE), for truth
 //! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
@@ -508,6 +509,51 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
     Ok(())
 }
 
+/// `relay`'s arguments after the word itself: FIFO PERIOD STATS [--only PID,...] [EXCLUDE...].
+struct RelayArgs {
+    fifo: String,
+    period: u64,
+    stats: String,
+    only: Option<Vec<u32>>,
+    exclude: Vec<u32>,
+}
+
+fn pids(list: &[&str]) -> Result<Vec<u32>, String> {
+    list.iter()
+        .map(|p| p.parse().map_err(|_| format!("relay: bad pid {p:?}")))
+        .collect()
+}
+
+fn parse_relay(args: &[String]) -> Result<RelayArgs, String> {
+    let [fifo, period, stats, rest @ ..] = args else {
+        return Err("relay: FIFO PERIOD STATS needed".into());
+    };
+    let period = match period.parse() {
+        Ok(p) if p >= 1 => p,
+        _ => return Err(format!("relay: bad period {period:?}")),
+    };
+    let (only, rest) = match rest {
+        [flag, list, rest @ ..] if flag == "--only" => {
+            let only = pids(&list.split(',').collect::<Vec<_>>())?;
+            (Some(only), rest)
+        }
+        [flag] if flag == "--only" => return Err("relay: --only needs PID,...".into()),
+        _ => (None, rest),
+    };
+    Ok(RelayArgs {
+        fifo: fifo.clone(),
+        period,
+        stats: stats.clone(),
+        only,
+        exclude: pids(&rest.iter().map(String::as_str).collect::<Vec<_>>())?,
+    })
+}
+
+fn relay_args(args: &[String]) -> Result<(), String> {
+    let a = parse_relay(args)?;
+    relay::relay(&a.fifo, a.period, &a.stats, a.only, &a.exclude)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
@@ -549,27 +595,59 @@ fn main() -> ExitCode {
                 check(period, rest)
             }
         }
-        Some("relay") if args.len() >= 4 => {
-            let exclude: Result<Vec<u32>, _> = args[4..].iter().map(|p| p.parse()).collect();
-            match (args[2].parse(), exclude) {
-                (Ok(period), Ok(exclude)) if period >= 1 => {
-                    relay::relay(&args[1], period, &args[3], &exclude)
-                }
-                _ => Err(format!("relay: bad period {} or pid in {:?}", args[2], &args[4..])),
-            }
-        }
+        Some("relay") if args.len() >= 4 => relay_args(&args[1..]),
         Some("snap") if args.len() == 3 => match args[1].parse() {
             Ok(pid) => truth::write_snapshot(pid, &args[2]).map(|n| println!("PGIBS-SNAP pid={pid} pages={n}")),
             Err(_) => Err(format!("snap: bad pid {}", args[1])),
         },
         Some("truth") if args.len() >= 2 => truth::report(&args[1..]),
-        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [EXCLUDE-PID...] | snap PID FILE | truth SNAP...".into()),
+        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [--only PID,...] [EXCLUDE-PID...] | snap PID FILE | truth SNAP...".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             println!("PGIBS-ERROR {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn relay_arguments_with_and_without_only() {
+        let a = parse_relay(&args("/run/f 200 /tmp/s --only 301,7 99")).unwrap();
+        assert_eq!(
+            (a.fifo.as_str(), a.period, a.stats.as_str()),
+            ("/run/f", 200, "/tmp/s")
+        );
+        assert_eq!(a.only, Some(vec![301, 7]));
+        assert_eq!(a.exclude, vec![99]);
+        let a = parse_relay(&args("/run/f 100 /tmp/s 99 100")).unwrap();
+        assert_eq!(a.only, None);
+        assert_eq!(a.exclude, vec![99, 100]);
+    }
+
+    #[test]
+    fn relay_arguments_refused_with_what_was_wrong() {
+        for (line, says) in [
+            ("/run/f 0 /tmp/s", "bad period \"0\""),
+            ("/run/f x /tmp/s", "bad period \"x\""),
+            ("/run/f 200 /tmp/s --only", "--only needs"),
+            ("/run/f 200 /tmp/s --only 3,y", "bad pid \"y\""),
+            ("/run/f 200 /tmp/s 7 z", "bad pid \"z\""),
+            ("/run/f 200", "FIFO PERIOD STATS"),
+        ] {
+            let e = parse_relay(&args(line))
+                .err()
+                .unwrap_or_else(|| panic!("{line} accepted"));
+            assert!(e.contains(says), "{line}: {e}");
         }
     }
 }

@@ -5,10 +5,13 @@
 //! tells a memory callback neither CR3 nor the task). The process is the one whose page table
 //! maps that virtual page to that frame: /proc/PID/pagemap gives each virtual page's frame (bit
 //! 63 present, bits 0-54 the PFN; Documentation/admin-guide/mm/pagemap.rst, fs/proc/task_mmu.c
-//! `pagemap_read`). Every user process is a candidate, as perf would attribute a hardware
-//! sample to whatever ran, so pghotd's own scope decides what it manages; the process last
-//! found for the sample's vCPU and the busiest are tried first, the others within a budget
-//! of searches a second (see `Attributor::pid_of`).
+//! `pagemap_read`). Without `--only`, every user process is a candidate, as perf would
+//! attribute a hardware sample to whatever ran, so pghotd's own scope decides what it manages;
+//! the process last found for the sample's vCPU and the busiest are tried first, the others
+//! within a budget of searches a second (see `Attributor::pid_of`). With `--only PID,...` (the
+//! pids pghotd is told to manage, its `pids` setting) only those are candidates: pghotd would
+//! drop every other process's sample at its scope (src/scope), so the relay need not find out
+//! whose it was, and a record costs at most one pagemap read per managed process.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -39,12 +42,14 @@ const SEARCHES_PER_S: u64 = 25;
 /// After each batch the relay waits this long before reading again, so that it reads, looks
 /// up and writes several records per system call rather than one (the plugin flushes every
 /// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
-/// whatever it holds (a Redis phase: 25,658 batches of 2.4 records at 4 ms, 1015 us each,
-/// 24 s of the relay's CPU in 120 s), and that CPU is taken from the program's vCPUs. At 10 ms
-/// the same phase took 10,356 batches of 5.4 records and 16.5 s (BENCHMARKS.md, "Redis on the
-/// Debian guest: what pghotd cost the guest"); a sample still reaches pghotd well within the 100 ms a real IBS
-/// sampler's poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
-const GATHER: Duration = Duration::from_millis(10);
+/// whatever it holds, and that CPU is taken from the program's vCPUs: a Redis phase at 4 ms
+/// took 25,658 batches and 24 s of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s
+/// (BENCHMARKS.md, "Redis on the Debian guest: what pghotd cost the guest"), and with `--only`
+/// still 7,401 batches of 5.3 records and 11.2 s in 90 s, most of it the batches' own system
+/// calls. At 40 ms a sample still reaches pghotd well within the 100 ms a real IBS sampler's
+/// poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`), and in the program's time
+/// (the rig's dilation D = 50, tests/vm/README.md) the relay adds under a millisecond.
+const GATHER: Duration = Duration::from_millis(40);
 /// Most pages `Figures::missed` keeps.
 const MISSED_PAGES: usize = 16_384;
 /// How often the figures are written to the stats file while the relay runs (without the
@@ -89,6 +94,8 @@ struct Attributor {
     budget: Budget,
     /// Records left unattributed because the search budget was spent.
     skipped: u64,
+    /// The only candidates (`--only`), or every user process.
+    only: Option<Vec<u32>>,
 }
 
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
@@ -115,7 +122,7 @@ fn proc_pids() -> Vec<u32> {
 }
 
 impl Attributor {
-    fn new() -> Attributor {
+    fn new(only: Option<Vec<u32>>) -> Attributor {
         Attributor {
             procs: Vec::new(),
             scanned: None,
@@ -128,13 +135,22 @@ impl Attributor {
             miss_reads: 0,
             budget: Budget::new(SEARCHES_PER_S),
             skipped: 0,
+            only,
         }
     }
 
     /// Lists user processes (those with an executable: kernel threads have none) and opens
     /// the pagemap of new ones.
     fn rescan(&mut self) {
-        let pids = proc_pids();
+        // With `--only`, the pids still alive, without listing /proc.
+        let pids = match &self.only {
+            Some(only) => only
+                .iter()
+                .copied()
+                .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+                .collect(),
+            None => proc_pids(),
+        };
         let mut old: HashMap<u32, Proc> = self.procs.drain(..).map(|p| (p.pid, p)).collect();
         let live: std::collections::HashSet<u32> = pids.iter().copied().collect();
         self.not_user.retain(|pid| live.contains(pid));
@@ -244,13 +260,15 @@ impl Attributor {
         }
         // The rest only within the budget: most records no busy process maps belong to
         // processes that lived a few milliseconds (the rig's commands), whose search costs a
-        // read of every listed process and finds nothing.
-        if !self.budget.take() {
+        // read of every listed process and finds nothing. With every candidate tried already
+        // (`--only` a few pids) there is nothing to search and the frame is nobody's.
+        let rest: Vec<usize> = (0..listed).filter(|i| !quick.contains(i)).collect();
+        if !rest.is_empty() && !self.budget.take() {
             self.skipped += 1;
             self.miss_reads += self.reads - reads_before;
             return None;
         }
-        for i in (0..listed).filter(|i| !quick.contains(i)) {
+        for i in rest {
             if let Some(pid) = self.try_proc(i, r, pfn) {
                 return Some(pid);
             }
@@ -395,7 +413,14 @@ fn open_out(out: &str, period: u64) -> Res<File> {
 /// one Redis phase, 60 of 87 thousand samples were pghotd's own).
 /// Ends on SIGTERM (the rig's end of the phase) with its figures written, so that they cover
 /// the phase and nothing after it.
-pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
+/// `only`: see the module's comment.
+pub fn relay(
+    out: &str,
+    period: u64,
+    stats: &str,
+    only: Option<Vec<u32>>,
+    exclude: &[u32],
+) -> Res<()> {
     let term = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&term))
         .map_err(|e| format!("SIGTERM handler: {e}"))?;
@@ -414,7 +439,7 @@ pub fn relay(out: &str, period: u64, stats: &str, exclude: &[u32]) -> Res<()> {
         pipe_opens: 1,
         ..Figures::default()
     };
-    let mut attributor = Attributor::new();
+    let mut attributor = Attributor::new(only);
     let mut split = Splitter::default();
     let mut chunk = vec![0u8; 1 << 16];
     let mut lines: Vec<u8> = Vec::with_capacity(1 << 16);
