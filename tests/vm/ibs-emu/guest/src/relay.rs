@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -310,6 +310,8 @@ struct Figures {
     own: u64,
     lines: u64,
     pipe_opens: u64,
+    /// Reads of the samples port (each returns one virtio receive buffer at most).
+    port_reads: u64,
     batches: u64,
     batch_ns_total: u64,
     batch_ns_max: u64,
@@ -330,7 +332,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} pagemap_reads={} miss_reads={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} port_reads={} pagemap_reads={} miss_reads={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -338,6 +340,7 @@ impl Figures {
             self.own,
             self.lines,
             self.pipe_opens,
+            self.port_reads,
             attributor.reads,
             attributor.miss_reads,
             attributor.skipped,
@@ -406,6 +409,43 @@ fn open_out(out: &str, period: u64) -> Res<File> {
     Ok(f)
 }
 
+/// O_NONBLOCK (include/uapi/asm-generic/fcntl.h), for the samples port.
+const O_NONBLOCK: i32 = 0o4000;
+
+/// What one `drain_port` read.
+#[derive(Debug, Default, PartialEq)]
+struct Drained {
+    bytes: usize,
+    reads: u64,
+}
+
+/// Reads `port` until it has nothing more (WouldBlock, or 0: the host side gone), handing each
+/// read's bytes to `feed`. A virtio port's read returns at most one of the guest's receive
+/// buffers (drivers/char/virtio_console.c `fill_readbuf`), however much more is queued and
+/// however large the caller's buffer: one read per batch drained one buffer per 40 ms, fewer
+/// records than the plugin sent, so the queue filled, the plugin's rings overflowed (it dropped
+/// 19-29 % of its samples) and the rest waited seconds in the queue.
+fn drain_port(
+    port: &mut impl Read,
+    chunk: &mut [u8],
+    mut feed: impl FnMut(&[u8]),
+) -> std::io::Result<Drained> {
+    let mut d = Drained::default();
+    loop {
+        match port.read(chunk) {
+            Ok(0) => return Ok(d),
+            Ok(n) => {
+                d.bytes += n;
+                d.reads += 1;
+                feed(&chunk[..n]);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(d),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// `exclude`: pids whose samples are dropped like the relay's own. Under TCG and the rig's time
 /// dilation a promoter costs the guest far more than it costs hardware (BENCHMARKS.md, "Redis
 /// on the Debian guest: six promoters"), so its own share of the guest's memory operations, and
@@ -426,7 +466,12 @@ pub fn relay(
         .map_err(|e| format!("SIGTERM handler: {e}"))?;
     let topo = Topology::read(SysfsRoot::new("/sys")).map_err(|e| format!("topology: {e}"))?;
     let path = port("pghot.samples")?;
-    let mut samples = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    // Non-blocking, so that each batch reads until the port is empty (`drain_port`).
+    let mut samples = OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| format!("{path}: {e}"))?;
     // Opened first, then SYNC: the header comes after the open, so it is not discarded.
     Ctl::open_retrying()?.ok("SYNC")?;
     let mut fifo = open_out(out, period)?;
@@ -446,45 +491,46 @@ pub fn relay(
     let mut stats_at = Instant::now();
     let own_pid = std::process::id();
     while !term.load(Ordering::Relaxed) {
-        let n = samples
-            .read(&mut chunk)
-            .map_err(|e| format!("{path}: {e}"))?;
-        if n == 0 {
-            // No process on the other side yet (the plugin reconnects): try again shortly.
-            std::thread::sleep(Duration::from_millis(1));
-            continue;
-        }
         let began = Instant::now();
         lines.clear();
         let mut w = TraceWriter::continuing(&mut lines);
-        split.feed(&chunk[..n], |r| {
-            fig.records += 1;
-            if r.vaddr >= USER_TOP {
-                fig.kernel_half += 1;
-                return;
-            }
-            match attributor.pid_of(&r) {
-                // The relay is part of the emulated hardware: a real machine has no such
-                // process, so its own accesses are not samples (fed to pghotd they would
-                // feed back: more samples, more relay work, more samples). The same for the
-                // pids it is told to leave out (the promoter: see `relay`).
-                Some(pid) if pid == own_pid || exclude.contains(&pid) => fig.own += 1,
-                Some(pid) => {
-                    fig.attributed += 1;
-                    *fig.by_pid.entry(pid).or_default() += 1;
-                    // A Vec does not fail to grow.
-                    let _ = w.write_sample(&sample(&r, pid, &topo));
-                    fig.lines += 1;
+        let drained = drain_port(&mut samples, &mut chunk, |bytes| {
+            split.feed(bytes, |r| {
+                fig.records += 1;
+                if r.vaddr >= USER_TOP {
+                    fig.kernel_half += 1;
+                    return;
                 }
-                None => {
-                    fig.unattributed += 1;
-                    let vpn = r.vaddr >> 12;
-                    if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
-                        *fig.missed.entry(vpn).or_default() += 1;
+                match attributor.pid_of(&r) {
+                    // The relay is part of the emulated hardware: a real machine has no such
+                    // process, so its own accesses are not samples (fed to pghotd they would
+                    // feed back: more samples, more relay work, more samples). The same for
+                    // the pids it is told to leave out (the promoter: see `relay`).
+                    Some(pid) if pid == own_pid || exclude.contains(&pid) => fig.own += 1,
+                    Some(pid) => {
+                        fig.attributed += 1;
+                        *fig.by_pid.entry(pid).or_default() += 1;
+                        // A Vec does not fail to grow.
+                        let _ = w.write_sample(&sample(&r, pid, &topo));
+                        fig.lines += 1;
+                    }
+                    None => {
+                        fig.unattributed += 1;
+                        let vpn = r.vaddr >> 12;
+                        if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
+                            *fig.missed.entry(vpn).or_default() += 1;
+                        }
                     }
                 }
-            }
-        });
+            })
+        })
+        .map_err(|e| format!("{path}: {e}"))?;
+        fig.port_reads += drained.reads;
+        if drained.bytes == 0 {
+            // Nothing yet, or no process on the other side (the plugin reconnects).
+            std::thread::sleep(GATHER);
+            continue;
+        }
         if !lines.is_empty()
             && let Err(e) = fifo.write_all(&lines)
         {
@@ -512,6 +558,66 @@ pub fn relay(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
+
+    /// A port as virtio_console's `fill_readbuf` serves one: each read returns at most one
+    /// queued buffer, then WouldBlock (O_NONBLOCK) once none is left.
+    struct OneBufferPerRead(VecDeque<Vec<u8>>);
+
+    impl Read for OneBufferPerRead {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let Some(mut b) = self.0.pop_front() else {
+                return Err(ErrorKind::WouldBlock.into());
+            };
+            let n = b.len().min(out.len());
+            out[..n].copy_from_slice(&b[..n]);
+            if n < b.len() {
+                self.0.push_front(b.split_off(n));
+            }
+            Ok(n)
+        }
+    }
+
+    /// Three queued buffers (24, 48 and 24 bytes) come out in one drain, in order, in three
+    /// reads; a second drain finds nothing.
+    #[test]
+    fn a_drain_reads_every_queued_buffer() {
+        let bufs = [vec![1u8; 24], vec![2u8; 48], vec![3u8; 24]];
+        let mut port = OneBufferPerRead(bufs.iter().cloned().collect());
+        let mut chunk = vec![0u8; 1 << 16];
+        let mut got = Vec::new();
+        let d = drain_port(&mut port, &mut chunk, |b| got.extend_from_slice(b)).unwrap();
+        assert_eq!(
+            d,
+            Drained {
+                bytes: 96,
+                reads: 3
+            }
+        );
+        assert_eq!(got, bufs.concat());
+        let d = drain_port(&mut port, &mut chunk, |_| panic!("nothing left")).unwrap();
+        assert_eq!(d, Drained::default());
+    }
+
+    /// A buffer larger than the chunk takes two reads; a real non-blocking socket behaves the
+    /// same (WouldBlock once empty).
+    #[test]
+    fn a_drain_splits_what_does_not_fit_and_stops_on_would_block() {
+        let mut port = OneBufferPerRead(VecDeque::from([vec![7u8; 40]]));
+        let mut chunk = vec![0u8; 32];
+        let mut sizes = Vec::new();
+        let d = drain_port(&mut port, &mut chunk, |b| sizes.push(b.len())).unwrap();
+        assert_eq!((d.bytes, d.reads, sizes), (40, 2, vec![32, 8]));
+
+        let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        b.write_all(&[9u8; 100]).unwrap();
+        let d = drain_port(&mut a, &mut [0u8; 64], |_| {}).unwrap();
+        assert_eq!(d.bytes, 100);
+        drop(b);
+        // The other side gone: 0, the end.
+        assert_eq!(drain_port(&mut a, &mut [0u8; 64], |_| {}).unwrap().bytes, 0);
+    }
 
     /// A full bucket gives `per_s` at once and then nothing until time refills it (25 takes
     /// in well under the 40 ms one more token needs).
