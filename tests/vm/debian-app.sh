@@ -39,10 +39,9 @@ node_mb() {
 		END { printf "%.1f %.1f", (n[0] + n[1]) * 4 / 1024, n[2] * 4 / 1024 }' "/proc/$1/numa_maps" 2>/dev/null
 }
 
-# fast_free_mb: MB free on the fast nodes (0 and 1) together.
-fast_free_mb() {
-	cat /sys/devices/system/node/node[01]/meminfo | awk '$3 == "MemFree:" { kb += $4 } END { printf "%d", kb / 1024 }'
-}
+# node_free_mb N: MB free on node N; fast_free_mb: on the fast nodes (0 and 1) together.
+node_free_mb() { awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$1/meminfo"; }
+fast_free_mb() { echo $(($(node_free_mb 0) + $(node_free_mb 1))); }
 # fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
 # reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
 # per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
@@ -53,10 +52,10 @@ fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
 	local n free want
 	for n in 0 1; do
-		free=$(awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$n/meminfo")
+		free=$(node_free_mb "$n")
 		want=$((free > RIG_FAST_FREE_MB ? (free - RIG_FAST_FREE_MB) / 2 : 0))
 		echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
-		info "node $n: $free MB free; $(cat "$(hugetlb_nr "$n")") of $want 2 MiB HugeTLB pages reserved; now $(awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$n/meminfo") MB free"
+		info "node $n: $free MB free; $(cat "$(hugetlb_nr "$n")") of $want 2 MiB HugeTLB pages reserved; now $(node_free_mb "$n") MB free"
 	done
 }
 fast_tier_empty() {

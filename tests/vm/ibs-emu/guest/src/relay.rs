@@ -45,8 +45,8 @@ const SEARCHES_PER_S: u64 = 25;
 /// whatever it holds, and that CPU is taken from the program's vCPUs: a Redis phase at 4 ms
 /// took 25,658 batches and 24 s of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s
 /// (BENCHMARKS.md, "Redis on the Debian guest: what pghotd cost the guest"), and with `--only`
-/// still 7,401 batches of 5.3 records and 11.2 s in 90 s, most of it the batches' own system
-/// calls. At 40 ms a sample still reaches pghotd well within the 100 ms a real IBS sampler's
+/// still 7,401 batches of 5.3 records and 11.2 s in 90 s; at 40 ms, 2,222 batches and 6.8 s.
+/// At 40 ms a sample still reaches pghotd well within the 100 ms a real IBS sampler's
 /// poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`), and in the program's time
 /// (the rig's dilation D = 50, tests/vm/README.md) the relay adds under a millisecond.
 const GATHER: Duration = Duration::from_millis(40);
@@ -424,7 +424,7 @@ struct Drained {
 /// buffers (drivers/char/virtio_console.c `fill_readbuf`), however much more is queued and
 /// however large the caller's buffer: one read per batch drained one buffer per 40 ms, fewer
 /// records than the plugin sent, so the queue filled, the plugin's rings overflowed (it dropped
-/// 19-29 % of its samples) and the rest waited seconds in the queue.
+/// 13-29 % of its samples) and the rest waited seconds in the queue.
 fn drain_port(
     port: &mut impl Read,
     chunk: &mut [u8],
