@@ -518,8 +518,8 @@ struct RelayArgs {
     exclude: Vec<u32>,
 }
 
-fn pids(list: &[&str]) -> Result<Vec<u32>, String> {
-    list.iter()
+fn pids<'a>(list: impl IntoIterator<Item = &'a str>) -> Result<Vec<u32>, String> {
+    list.into_iter()
         .map(|p| p.parse().map_err(|_| format!("relay: bad pid {p:?}")))
         .collect()
 }
@@ -534,7 +534,7 @@ fn parse_relay(args: &[String]) -> Result<RelayArgs, String> {
     };
     let (only, rest) = match rest {
         [flag, list, rest @ ..] if flag == "--only" => {
-            let only = pids(&list.split(',').collect::<Vec<_>>())?;
+            let only = pids(list.split(','))?;
             (Some(only), rest)
         }
         [flag] if flag == "--only" => return Err("relay: --only needs PID,...".into()),
@@ -545,7 +545,7 @@ fn parse_relay(args: &[String]) -> Result<RelayArgs, String> {
         period,
         stats: stats.clone(),
         only,
-        exclude: pids(&rest.iter().map(String::as_str).collect::<Vec<_>>())?,
+        exclude: pids(rest.iter().map(String::as_str))?,
     })
 }
 
