@@ -11,7 +11,9 @@
 //! within a budget of searches a second (see `Attributor::pid_of`). With `--only PID,...` (the
 //! pids pghotd is told to manage, its `pids` setting) only those are candidates: pghotd would
 //! drop every other process's sample at its scope (src/scope), so the relay need not find out
-//! whose it was, and a record costs at most one pagemap read per managed process.
+//! whose it was. A record at an address none of them has mapped (their /proc/PID/maps, read at
+//! each rescan) is dropped without a system call; any other costs at most one pagemap read per
+//! managed process.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -27,6 +29,7 @@ use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
 use pghotd::sampler::trace::{TRACE_HEADER, TraceWriter};
 use pghotd::topology::{SysfsRoot, Topology};
 
+use crate::maps::Spans;
 use crate::records::{Record, Splitter};
 use crate::{Ctl, Res, port};
 
@@ -63,6 +66,9 @@ struct Proc {
     pagemap: File,
     /// Records found to be this process's, for the order candidates are tried in.
     hits: u64,
+    /// What it had mapped at the last rescan; with `--only` only (without it, a record is
+    /// tried against a few processes and costs those reads whatever their maps say).
+    spans: Spans,
 }
 
 /// Finds the process a record belongs to.
@@ -96,6 +102,10 @@ struct Attributor {
     skipped: u64,
     /// The only candidates (`--only`), or every user process.
     only: Option<Vec<u32>>,
+    /// Records at addresses no candidate had mapped at the last rescan (`--only`): dropped
+    /// without a read. Of the records of a Redis phase, 23,208 of 41,084 were other processes'
+    /// and cost 17,439 of the 22,219 pagemap reads before this check.
+    outside_maps: u64,
 }
 
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
@@ -136,6 +146,7 @@ impl Attributor {
             budget: Budget::new(SEARCHES_PER_S),
             skipped: 0,
             only,
+            outside_maps: 0,
         }
     }
 
@@ -164,6 +175,13 @@ impl Attributor {
             };
             self.procs.push(proc);
         }
+        if self.only.is_some() {
+            // A mapping made since the last rescan is not known until the next (within
+            // RESCAN): its records until then are dropped as outside.
+            for p in &mut self.procs {
+                p.spans = Spans::read(p.pid).unwrap_or_default();
+            }
+        }
         // The busiest first: most records need one or two reads.
         self.procs.sort_by_key(|p| std::cmp::Reverse(p.hits));
         self.last.clear();
@@ -190,6 +208,7 @@ impl Attributor {
             pid,
             pagemap,
             hits: 0,
+            spans: Spans::default(),
         })
     }
 
@@ -244,6 +263,10 @@ impl Attributor {
                 self.known.remove(&key);
             }
             None => {}
+        }
+        if self.only.is_some() && !self.procs.iter().any(|p| p.spans.covers(r.vaddr)) {
+            self.outside_maps += 1;
+            return None;
         }
         let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
@@ -332,7 +355,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} port_reads={} pagemap_reads={} miss_reads={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} port_reads={} pagemap_reads={} miss_reads={} outside_maps={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -343,6 +366,7 @@ impl Figures {
             self.port_reads,
             attributor.reads,
             attributor.miss_reads,
+            attributor.outside_maps,
             attributor.skipped,
             self.batches,
             self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
@@ -617,6 +641,25 @@ mod tests {
         drop(b);
         // The other side gone: 0, the end.
         assert_eq!(drain_port(&mut a, &mut [0u8; 64], |_| {}).unwrap().bytes, 0);
+    }
+
+    /// With `--only` this process: a record at page 0 (mapped by nobody) is dropped without a
+    /// pagemap read; one at a stack address is read (and, at a frame that is not the stack
+    /// page's, not attributed).
+    #[test]
+    fn only_reads_pagemap_for_addresses_the_candidates_map() {
+        let mut a = Attributor::new(Some(vec![std::process::id()]));
+        let at = |vaddr: u64| Record {
+            vaddr,
+            paddr: !0xfff,
+            vcpu: 0,
+            is_store: false,
+        };
+        assert_eq!(a.pid_of(&at(0)), None);
+        assert_eq!((a.outside_maps, a.reads), (1, 0));
+        let local = 7u64;
+        assert_eq!(a.pid_of(&at(&local as *const u64 as u64)), None);
+        assert_eq!((a.outside_maps, a.reads), (1, 1));
     }
 
     /// A full bucket gives `per_s` at once and then nothing until time refills it (25 takes
