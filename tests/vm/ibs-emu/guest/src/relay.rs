@@ -106,6 +106,8 @@ struct Attributor {
     /// without a read. Of the records of a Redis phase, 23,208 of 41,084 were other processes'
     /// and cost 17,439 of the 22,219 pagemap reads before this check.
     outside_maps: u64,
+    /// Rescans that could not read a candidate's maps.
+    maps_errors: u64,
 }
 
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
@@ -147,6 +149,7 @@ impl Attributor {
             skipped: 0,
             only,
             outside_maps: 0,
+            maps_errors: 0,
         }
     }
 
@@ -178,8 +181,12 @@ impl Attributor {
         if self.only.is_some() {
             // A mapping made since the last rescan is not known until the next (within
             // RESCAN): its records until then are dropped as outside.
+            // One that cannot be read (the process exiting) keeps what it had.
             for p in &mut self.procs {
-                p.spans = Spans::read(p.pid).unwrap_or_default();
+                match Spans::read(p.pid) {
+                    Ok(spans) => p.spans = spans,
+                    Err(_) => self.maps_errors += 1,
+                }
             }
         }
         // The busiest first: most records need one or two reads.
@@ -355,7 +362,7 @@ impl Figures {
             .map(|(p, n)| format!("{p}:{n}"))
             .collect();
         let text = format!(
-            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} port_reads={} pagemap_reads={} miss_reads={} outside_maps={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
+            "records={} kernel_half={} attributed={} unattributed={} relay_own={} lines={} pipe_opens={} port_reads={} pagemap_reads={} miss_reads={} outside_maps={} maps_errors={} searches_skipped={} batches={} batch_us_mean={:.1} batch_us_max={:.1} skipped_bytes={} top_pids={} missed_pages={} top_missed={}\n",
             self.records,
             self.kernel_half,
             self.attributed,
@@ -367,6 +374,7 @@ impl Figures {
             attributor.reads,
             attributor.miss_reads,
             attributor.outside_maps,
+            attributor.maps_errors,
             attributor.skipped,
             self.batches,
             self.batch_ns_total as f64 / self.batches.max(1) as f64 / 1e3,
