@@ -312,6 +312,22 @@ cat "$PGHOT_VM_DEBIAN_IMAGE" "$work/overlay.cpio.gz" > "$work/initrd"
 [ -z "$keep_dir" ] || mkdir -p "$keep_dir"
 
 # --- boot ---------------------------------------------------------------------------------
+# The host's CPU ticks from /proc/stat's "cpu" line (proc(5)): "busy steal total". The wall
+# clock of a TCG guest follows the host's: a scenario whose host was busy with something else,
+# or whose hypervisor gave its vCPUs to another machine (steal), runs slower for it, so each
+# RESULT carries the host's busy and steal shares over the scenario's boot.
+host_ticks() {
+	awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8, $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+# host_shares "BEFORE" "AFTER": {"host_busy_pct":B,"host_steal_pct":S}, both of all host CPUs.
+host_shares() {
+	local b0 s0 t0 b1 s1 t1
+	read -r b0 s0 t0 <<< "$1"
+	read -r b1 s1 t1 <<< "$2"
+	awk -v b="$((b1 - b0))" -v s="$((s1 - s0))" -v t="$((t1 - t0))" 'BEGIN {
+		if (t <= 0) t = 1
+		printf "{\"host_busy_pct\":%.1f,\"host_steal_pct\":%.1f}", 100 * b / t, 100 * s / t }'
+}
 status=0
 results=()
 for s in "${scenarios[@]}"; do
@@ -331,9 +347,11 @@ for s in "${scenarios[@]}"; do
 	console=$work/$s.console
 	for attempt in 1 2; do
 		t0=$(date +%s)
+		ticks0=$(host_ticks)
 		rc=0
 		pghot_vm_boot "$work/initrd" "$append" "$work/$s.raw" "$timeout_s" "$verbose" || rc=$?
 		wall=$(($(date +%s) - t0))
+		host=$(host_shares "$ticks0" "$(host_ticks)")
 		pghot_vm_clean_console "$work/$s.raw" "$console"
 		grep -aq '^PGHOT-RIG-BEGIN' "$console" && break
 		# The TCG code-patching flake (README: Things to know) or any boot that never reached
@@ -355,7 +373,7 @@ for s in "${scenarios[@]}"; do
 			continue
 		fi
 		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $s: /" >&2
-		result=$(jq -c --argjson wall "$wall" '. + {wall_s: $wall}' <<< "$result")
+		result=$(jq -c --argjson wall "$wall" --argjson host "$host" '. + {wall_s: $wall} + $host' <<< "$result")
 		results+=("$result")
 		echo "RESULT $result"
 		[ "$(jq -r '.errors' <<< "$result")" = 0 ] || status=1
