@@ -1,47 +1,32 @@
 //! /proc/PID/maps as address ranges: which virtual addresses a process has mapped at all. Each
 //! line starts `START-END ` in hex, END exclusive (Documentation/filesystems/proc.rst, "The
-//! /proc/PID/maps"; fs/proc/task_mmu.c `show_vma_header_prefix`), in ascending order.
+//! /proc/PID/maps"; fs/proc/task_mmu.c `show_vma_header_prefix`), in ascending order. Read and
+//! parsed with pghotd's own helpers (src/safefs.rs, src/scope/proc.rs `memory_maps`).
 
-use std::fs::File;
-use std::io::Read;
+use std::path::Path;
 
-/// The most of a maps file read: a process with a few thousand mappings fits (each line is
-/// under 200 bytes with its path).
-const MAPS_MAX: u64 = 4 << 20;
+use pghotd::safefs::{limit, read_text};
+use pghotd::scope::proc::memory_maps;
 
 /// The mapped ranges of one process, ascending, `[start, end)`.
 #[derive(Debug, Default, PartialEq)]
 pub struct Spans(Vec<(u64, u64)>);
 
 impl Spans {
-    /// Parses a maps file's text; `Err` names the first line that is not `START-END ...`.
-    pub fn parse(text: &str) -> Result<Spans, String> {
-        let mut spans = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            let range = line.split(' ').next().unwrap_or("");
-            let bad = || format!("maps line {}: {line:?} does not start START-END", i + 1);
-            let (lo, hi) = range.split_once('-').ok_or_else(bad)?;
-            let lo = u64::from_str_radix(lo, 16).map_err(|_| bad())?;
-            let hi = u64::from_str_radix(hi, 16).map_err(|_| bad())?;
-            if lo >= hi {
-                return Err(bad());
-            }
-            spans.push((lo, hi));
-        }
+    /// The ranges of a maps file's text, parsed by pghotd's own reader (a line it cannot parse
+    /// is skipped, as pghotd's scope skips it).
+    pub fn parse(text: &str) -> Spans {
+        let mut spans: Vec<(u64, u64)> = memory_maps(text).map(|m| m.address).collect();
         // The kernel lists them in order; sorting keeps `covers` right whatever the input.
         spans.sort_unstable();
-        Ok(Spans(spans))
+        Spans(spans)
     }
 
-    /// Reads `/proc/PID/maps` (a regular file in procfs, read up to [`MAPS_MAX`]).
+    /// Reads `/proc/PID/maps` with pghotd's bound for it.
     pub fn read(pid: u32) -> Result<Spans, String> {
         let path = format!("/proc/{pid}/maps");
-        let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        let mut text = String::new();
-        file.take(MAPS_MAX)
-            .read_to_string(&mut text)
-            .map_err(|e| format!("{path}: {e}"))?;
-        Spans::parse(&text).map_err(|e| format!("{path}: {e}"))
+        let text = read_text(Path::new(&path), limit::MAPS).map_err(|e| format!("{path}: {e}"))?;
+        Ok(Spans::parse(&text))
     }
 
     /// Whether `vaddr` lies in one of the ranges.
@@ -64,7 +49,7 @@ mod tests {
 7f2c44000000-7f2c44021000 rw-p 00000000 00:00 0
 7ffd4d36a000-7ffd4d38b000 rw-p 00000000 00:00 0                          [stack]
 ";
-        let s = Spans::parse(text).unwrap();
+        let s = Spans::parse(text);
         assert!(s.covers(0x0040_0000));
         assert!(s.covers(0x0045_1fff));
         assert!(!s.covers(0x0045_2000));
@@ -77,13 +62,9 @@ mod tests {
     }
 
     #[test]
-    fn a_line_that_is_not_a_range_is_named() {
-        let e = Spans::parse("00400000-00452000 r-xp 0 0 0\nnot a range\n").unwrap_err();
-        assert!(
-            e.contains("maps line 2") && e.contains("not a range"),
-            "{e}"
-        );
-        assert!(Spans::parse("2000-1000 r-xp").is_err());
+    fn a_line_that_is_not_a_range_is_skipped() {
+        let s = Spans::parse("00400000-00452000 r-xp 00000000 08:02 173521\nnot a range\n");
+        assert_eq!(s, Spans(vec![(0x40_0000, 0x45_2000)]));
     }
 
     /// The kernel's own maps of this process: a stack variable and this function's code are
