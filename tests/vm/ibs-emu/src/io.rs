@@ -44,8 +44,8 @@ pub fn spawn(state: &'static State) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Drains every vCPU's ring every [`FLUSH_EVERY`] onto the samples socket, after a header when the
-/// connection is new or the guest asked for one (SYNC): Linux discards what arrives on a
+/// Drains every vCPU's ring every [`FLUSH_EVERY`] onto the samples socket, after a header when
+/// the connection is new or the guest asked for one (SYNC): Linux discards what arrives on a
 /// virtio port while no process has it open, so a reader that opens the port later needs a
 /// fresh record boundary to find. A blocking write (the
 /// guest not reading: QEMU stops taking bytes) only stalls this thread; the rings then fill

@@ -110,6 +110,16 @@ struct Attributor {
     maps_errors: u64,
 }
 
+/// Whose a record is, as far as the relay finds out.
+#[derive(Debug, PartialEq)]
+enum Found {
+    Pid(u32),
+    /// At an address no candidate had mapped (`--only`): another process's record.
+    Outside,
+    /// Not found: no candidate maps that frame at that address, or the search budget is spent.
+    Nobody,
+}
+
 /// One pagemap entry: `Some(pfn)` when present, `None` when absent; `Err` when the process
 /// is gone.
 fn frame(pagemap: &File, vaddr: u64) -> std::io::Result<Option<u64>> {
@@ -255,17 +265,17 @@ impl Attributor {
         edge
     }
 
-    fn pid_of(&mut self, r: &Record) -> Option<u32> {
+    fn pid_of(&mut self, r: &Record) -> Found {
         if self.scanned.is_none_or(|t| t.elapsed() >= RESCAN) {
             self.rescan();
         }
         let pfn = r.paddr >> 12;
         if self.nobody.contains(&pfn) {
-            return None;
+            return Found::Nobody;
         }
         let key = (r.vaddr >> 12, pfn);
         match self.known.get(&key) {
-            Some(&pid) if self.live.contains(&pid) => return Some(pid),
+            Some(&pid) if self.live.contains(&pid) => return Found::Pid(pid),
             Some(_) => {
                 self.known.remove(&key);
             }
@@ -273,7 +283,7 @@ impl Attributor {
         }
         if self.only.is_some() && !self.procs.iter().any(|p| p.spans.covers(r.vaddr)) {
             self.outside_maps += 1;
-            return None;
+            return Found::Outside;
         }
         let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
@@ -285,7 +295,7 @@ impl Attributor {
             .collect();
         for &i in &quick {
             if let Some(pid) = self.try_proc(i, r, pfn) {
-                return Some(pid);
+                return Found::Pid(pid);
             }
         }
         // The rest only within the budget: most records no busy process maps belong to
@@ -296,16 +306,16 @@ impl Attributor {
         if !rest.is_empty() && !self.budget.take() {
             self.skipped += 1;
             self.miss_reads += self.reads - reads_before;
-            return None;
+            return Found::Nobody;
         }
         for i in rest {
             if let Some(pid) = self.try_proc(i, r, pfn) {
-                return Some(pid);
+                return Found::Pid(pid);
             }
         }
         self.miss_reads += self.reads - reads_before;
         self.nobody.insert(pfn);
-        None
+        Found::Nobody
     }
 }
 
@@ -346,8 +356,9 @@ struct Figures {
     batch_ns_total: u64,
     batch_ns_max: u64,
     by_pid: HashMap<u32, u64>,
-    /// Unattributed records per virtual page (at most [`MISSED_PAGES`] pages), to tell where
+    /// Records found nobody's, per virtual page (at most [`MISSED_PAGES`] pages), to tell where
     /// they come from: stack and library addresses of processes that lived a few milliseconds.
+    /// Records outside the `--only` candidates' maps are other processes' and not listed.
     missed: HashMap<u64, u64>,
 }
 
@@ -538,15 +549,18 @@ pub fn relay(
                     // process, so its own accesses are not samples (fed to pghotd they would
                     // feed back: more samples, more relay work, more samples). The same for
                     // the pids it is told to leave out (the promoter: see `relay`).
-                    Some(pid) if pid == own_pid || exclude.contains(&pid) => fig.own += 1,
-                    Some(pid) => {
+                    Found::Pid(pid) if pid == own_pid || exclude.contains(&pid) => fig.own += 1,
+                    Found::Pid(pid) => {
                         fig.attributed += 1;
                         *fig.by_pid.entry(pid).or_default() += 1;
                         // A Vec does not fail to grow.
                         let _ = w.write_sample(&sample(&r, pid, &topo));
                         fig.lines += 1;
                     }
-                    None => {
+                    // Counted by the attributor (`outside_maps`); not a failure to find the
+                    // owner, so not listed among the misses (a hash insert a record saved).
+                    Found::Outside => fig.unattributed += 1,
+                    Found::Nobody => {
                         fig.unattributed += 1;
                         let vpn = r.vaddr >> 12;
                         if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
@@ -663,10 +677,10 @@ mod tests {
             vcpu: 0,
             is_store: false,
         };
-        assert_eq!(a.pid_of(&at(0)), None);
+        assert_eq!(a.pid_of(&at(0)), Found::Outside);
         assert_eq!((a.outside_maps, a.reads), (1, 0));
         let local = 7u64;
-        assert_eq!(a.pid_of(&at(&local as *const u64 as u64)), None);
+        assert_eq!(a.pid_of(&at(&local as *const u64 as u64)), Found::Nobody);
         assert_eq!((a.outside_maps, a.reads), (1, 1));
     }
 
