@@ -3,7 +3,7 @@
 //! Bounded: at most [`MAX_PIDS`] processes are kept; when full, the one updated least recently
 //! goes (an exited or idle process). Writers never touch this per sample: each sampler thread
 //! tallies its pids in a [`LocalPids`] and folds it in with its other counts (every 1024
-//! samples), and a migrator folds once per (pid, destination) group, so the one mutex here is
+//! samples), and a migrator folds once per process and batch, so the one mutex here is
 //! taken a few hundred times a second at most. Counters only grow (rates are computed by the
 //! reader from two snapshots); an evicted pid that comes back starts again from zero.
 

@@ -1,6 +1,7 @@
-//! One batch, steps 1-4 of the module's description: grouping by (pid, destination, size),
-//! admission, the watermark and the capacity-aware cut, the rate limit, the move_pages query
-//! and move, and accounting every candidate in exactly one counter.
+//! One batch, steps 1-4 of the module's description: grouping by process, then by
+//! (destination, size) for admission, the watermark and the capacity-aware cut and the rate
+//! limit; one move_pages query and one move per process; accounting every candidate in
+//! exactly one counter.
 
 use std::sync::atomic::Ordering;
 
@@ -15,6 +16,14 @@ use crate::topology::NodeId;
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Promotes a batch; every candidate ends in exactly one counter.
+    ///
+    /// A process's candidates share one query and one move whatever their destinations and
+    /// sizes. Each move call drains the LRU caches of every CPU before it isolates a page
+    /// (mm/migrate.c `do_pages_move` calls `lru_cache_disable`, which in mm/swap.c waits for
+    /// an expedited RCU grace period and forces `__lru_add_drain_all`: work queued on every
+    /// CPU and waited for), however few pages it moves; within the call the kernel migrates
+    /// each run of pages bound for one node as one list (`move_pages_and_store_status` at each
+    /// change of node). The watermark and the rate limit still count per destination and size.
     pub fn process(&mut self, batch: &mut Vec<Candidate>) {
         self.free_in_batch.clear();
         if self.paused.load(Ordering::Relaxed) {
@@ -38,27 +47,20 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         if self.sizes_folios() {
             self.size_folios(batch);
         }
-        // Groups are also by size: admission charges folios at their size, and a group's
-        // watermark and rate limit count in units of one size.
+        // Groups within a process are by size too: admission charges folios at their size,
+        // and a group's watermark and rate limit count in units of one size.
         batch.sort_unstable_by_key(|c| (c.key.pid(), c.to_node, c.bytes, c.key.vaddr()));
-        let mut start = 0;
-        while start < batch.len() {
-            let (pid, to, bytes) = (
-                batch[start].key.pid(),
-                batch[start].to_node,
-                batch[start].bytes,
-            );
-            let end = start
-                + batch[start..]
-                    .iter()
-                    .take_while(|c| c.key.pid() == pid && c.to_node == to && c.bytes == bytes)
-                    .count();
-            self.process_group(pid, to, &batch[start..end]);
-            let group = std::mem::take(&mut self.group);
-            if group != PidCounts::default() {
-                self.pids.add(pid, &group);
+        for process in batch.chunk_by(|a, b| a.key.pid() == b.key.pid()) {
+            let pid = process[0].key.pid();
+            let mut ready = Vec::with_capacity(process.len());
+            for group in process.chunk_by(|a, b| a.to_node == b.to_node && a.bytes == b.bytes) {
+                ready.extend(self.admit_group(group[0].to_node, group));
             }
-            start = end;
+            self.move_process(pid, &ready);
+            let counts = std::mem::take(&mut self.group);
+            if counts != PidCounts::default() {
+                self.pids.add(pid, &counts);
+            }
         }
         batch.clear();
     }
@@ -117,29 +119,55 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         Ok(kb)
     }
 
-    fn process_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) {
+    /// Steps 1-2 for one (destination, size) group of a process: the watermark and the
+    /// capacity-aware cut, then the rate limit. Returns what may move, charged to the
+    /// destination's bucket and taken off its free memory for the rest of the batch.
+    fn admit_group(&mut self, to: NodeId, group: &[Candidate]) -> Vec<Candidate> {
         let page_bytes = group[0].bytes;
         let room = self.watermark_room(to, page_bytes);
-        let kept = self.cut_to_room(to, group, room);
-        let group = kept.as_slice();
-
+        let mut kept = self.cut_to_room(to, group, room);
         let now = self.clock.now();
         let rate = self.config.promote_rate_limit_mbps.saturating_mul(1 << 20);
-        let allowed = self.limits.take(to, now, rate, page_bytes, group.len());
-        let (group, limited) = group.split_at(allowed);
-        self.held_back(limited, Counter::PgpromoteRatelimited);
-        if group.is_empty() {
+        let allowed = self.limits.take(to, now, rate, page_bytes, kept.len());
+        self.held_back(&kept[allowed..], Counter::PgpromoteRatelimited);
+        kept.truncate(allowed);
+        // Later groups bound there (another size, another process) see the room these take,
+        // before they move: one move per process comes after all its groups' cuts.
+        if let Some((_, kb)) = self.free_in_batch.iter_mut().find(|(n, _)| *n == to) {
+            *kb = kb.saturating_sub(page_bytes.saturating_mul(kept.len() as u64) / 1024);
+        }
+        kept
+    }
+
+    /// Steps 3-4 for one process: moves `ready` (or, in a dry run, counts it promoted) and
+    /// refunds each destination's bucket for what did not move.
+    fn move_process(&mut self, pid: u32, ready: &[Candidate]) {
+        if ready.is_empty() {
             return;
         }
-        if self.config.dry_run {
-            for c in group {
-                self.promoted(c);
+        let moved = if self.config.dry_run {
+            ready.to_vec()
+        } else {
+            self.move_group(pid, ready)
+        };
+        let mut unmoved: Vec<(NodeId, u64)> = Vec::new();
+        for c in ready {
+            match unmoved.iter_mut().find(|(n, _)| *n == c.to_node) {
+                Some((_, bytes)) => *bytes += c.bytes,
+                None => unmoved.push((c.to_node, c.bytes)),
             }
-            return;
         }
-        let moved = self.move_group(pid, to, group);
-        let unmoved = (group.len() - moved) as u64;
-        self.limits.refund(to, unmoved * page_bytes);
+        for c in &moved {
+            self.promoted(c);
+            if let Some((_, bytes)) = unmoved.iter_mut().find(|(n, _)| *n == c.to_node) {
+                *bytes -= c.bytes;
+            }
+        }
+        for (to, bytes) in unmoved {
+            if bytes > 0 {
+                self.limits.refund(to, bytes);
+            }
+        }
     }
 
     /// The capacity-aware cut: every candidate's heat feeds the histogram; when the group does
@@ -208,9 +236,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 
     fn promoted(&mut self, c: &Candidate) {
-        if let Some((_, kb)) = self.free_in_batch.iter_mut().find(|(n, _)| *n == c.to_node) {
-            *kb = kb.saturating_sub(c.bytes / 1024);
-        }
         self.group.promoted_pages += 1;
         self.group.promoted_bytes += c.bytes;
         self.stats.add_promoted(c.to_node, 1, c.bytes);
@@ -228,13 +253,15 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         self.mover.move_pages(pid, pages, None, status).map(|_| ())
     }
 
-    /// Queries, moves and accounts one group. Returns how many pages reached `to`.
-    fn move_group(&mut self, pid: u32, to: NodeId, group: &[Candidate]) -> usize {
+    /// Queries and moves one process's candidates in one call each, and accounts every
+    /// failure. Returns the candidates that reached their destination, for the caller to
+    /// count.
+    fn move_group(&mut self, pid: u32, group: &[Candidate]) -> Vec<Candidate> {
         let pages: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
         let mut status = vec![STATUS_UNWRITTEN; pages.len()];
         if let Err(errno) = self.query(pid, &pages, &mut status) {
             self.fail_all(pid, group.len(), errno);
-            return 0;
+            return Vec::new();
         }
         // Only pages still on a lower tier go into the move.
         let mut to_move = Vec::with_capacity(group.len());
@@ -248,27 +275,31 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 Err(_) => self.failed(c, page_failure(s)),
             }
         }
-        // Admission's last word, on what is about to move (a THP collapsed since admission).
+        // Admission's last word, on what is about to move (a THP collapsed since admission),
+        // in address order as it reads the ranges.
         if let Some(admission) = &mut self.admission {
+            to_move.sort_unstable_by_key(|c| c.key.vaddr());
             admission.recheck(&mut to_move, &self.table, &self.stats);
         }
         if to_move.is_empty() {
-            return 0;
+            return Vec::new();
         }
+        // One run per destination: the kernel migrates a run as one list.
+        to_move.sort_unstable_by_key(|c| (c.to_node, c.key.vaddr()));
         let pages: Vec<u64> = to_move.iter().map(|c| c.key.vaddr()).collect();
-        let nodes = vec![i32::from(to); pages.len()];
+        let nodes: Vec<i32> = to_move.iter().map(|c| i32::from(c.to_node)).collect();
         let mut status = vec![STATUS_UNWRITTEN; pages.len()];
         self.stats.add(Counter::MigratorSyscalls, 1);
         let result = self
             .mover
             .move_pages(pid, &pages, Some(&nodes), &mut status);
         // What an entry the kernel did not write turned out to be, if a re-query finds it
-        // elsewhere than `to`.
+        // elsewhere than its destination.
         let unwritten_reason = match result {
             Ok(_) => Counter::PgpromoteFailNotMigrated,
             Err(nix::errno::Errno::ESRCH) => {
                 self.fail_all(pid, to_move.len(), nix::errno::Errno::ESRCH);
-                return 0;
+                return Vec::new();
             }
             Err(errno) => {
                 self.log_call_failure(pid, to_move.len(), errno);
@@ -278,11 +309,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         if status.contains(&STATUS_UNWRITTEN) {
             self.requery_unwritten(pid, &pages, &mut status);
         }
-        let mut moved = 0;
+        let mut moved = Vec::with_capacity(to_move.len());
         for (c, &s) in to_move.iter().zip(&status) {
-            if s == i32::from(to) {
-                self.promoted(c);
-                moved += 1;
+            if s == i32::from(c.to_node) {
+                moved.push(*c);
             } else if s == STATUS_UNWRITTEN || s >= 0 {
                 self.failed(c, unwritten_reason);
             } else {

@@ -4,10 +4,13 @@
 //! as `pgpromote_queue_full` and stays eligible), wakes every `migrate_interval_ms` or when
 //! `migrate_batch` wait, charges each candidate at the size of the folio move_pages will move
 //! (`folios.rs`; admission does it when it splits THPs), groups them by (pid, destination,
-//! size), and for each group:
+//! size), and
 //!
-//! 1. holds back what would take the destination under its free-memory watermark;
+//! 1. holds back what would take each group's destination under its free-memory watermark;
 //! 2. holds back what exceeds the destination's token bucket (`promote_rate_limit_MBps`);
+//!
+//! then, for each process, in one call each whatever its groups:
+//!
 //! 3. asks the kernel where the pages are (move_pages query: cheap, no fault-in), so pages
 //!    already on a top tier and pages that vanished never reach a move;
 //! 4. moves the rest with move_pages(MPOL_MF_MOVE, or MPOL_MF_MOVE_ALL with `move_shared`),
@@ -104,8 +107,8 @@ pub trait Admit: Send {
         headroom: &dyn Fn(NodeId) -> Headroom,
     );
 
-    /// Just before the move of `group` (one pid, one destination, one charged size, sorted by
-    /// address, every page found on a lower tier by the query): takes out the candidates whose
+    /// Just before the move of `group` (one pid, any destinations and charged sizes, sorted
+    /// by address, every page found on a lower tier by the query): takes out the candidates whose
     /// folio changed since [`Admit::admit`] so that moving them would move more than they were
     /// charged, each counted and made eligible again. The gate's: a range it split that
     /// khugepaged collapsed again (`thp_recollapsed`). By default nothing is re-checked.
@@ -172,7 +175,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Set by `pghotctl pause`: batches are held back, not moved.
     paused: Arc<AtomicBool>,
     pids: Arc<PidStats>,
-    /// Outcomes of the group being processed, folded into `pids` once per group.
+    /// Outcomes of the process being moved, folded into `pids` once per process and batch.
     group: PidCounts,
     admission: Option<Box<dyn Admit>>,
     /// Folio sizes of candidates (see `folios`); `None` charges every candidate at 4 KiB.

@@ -164,6 +164,8 @@ pub(crate) mod fake {
         pub(crate) gone: Vec<u32>,
         pub(crate) script: VecDeque<Script>,
         pub(crate) calls: Vec<(u32, usize, bool)>,
+        /// The `nodes` array of each move call, in call order.
+        pub(crate) move_nodes: Vec<Vec<i32>>,
     }
 
     #[derive(Clone, Default)]
@@ -181,6 +183,9 @@ pub(crate) mod fake {
             mem.calls.push((pid, pages.len(), nodes.is_some()));
             if mem.gone.contains(&pid) {
                 return Err(Errno::ESRCH);
+            }
+            if let Some(nodes) = nodes {
+                mem.move_nodes.push(nodes.to_vec());
             }
             let Some(nodes) = nodes else {
                 for (s, p) in status.iter_mut().zip(pages) {

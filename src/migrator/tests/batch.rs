@@ -2,8 +2,11 @@
 
 use super::*;
 
+/// By hand: pid 10 has pages 0, 1 and 3 bound for node 0 and page 2 for node 1, pid 11 pages
+/// 0 and 1 for node 1. Each process is one query and one move (four pages, then two), the
+/// move's pages in one run per destination (node 0's three by address, then node 1's one).
 #[test]
-fn moves_and_groups_by_pid_and_destination() {
+fn one_query_and_one_move_per_process_whatever_the_destinations() {
     let mut rig = rig(MigratorConfig::default());
     map(&rig, 10, 0..4);
     map(&rig, 11, 0..2);
@@ -21,16 +24,49 @@ fn moves_and_groups_by_pid_and_destination() {
     assert_eq!(rig.stats.promoted_bytes(0), 3 * PAGE_SIZE);
     assert_eq!(rig.stats.promoted_bytes(1), 3 * PAGE_SIZE);
     let mem = rig.mover.0.lock();
-    // Three groups: (10 -> 0), (10 -> 1), (11 -> 1); each one query and one move.
-    let moves: Vec<_> = mem
-        .calls
-        .iter()
-        .filter(|c| c.2)
-        .map(|c| (c.0, c.1))
-        .collect();
-    assert_eq!(moves, vec![(10, 3), (10, 1), (11, 2)]);
+    assert_eq!(
+        mem.calls,
+        vec![(10, 4, false), (10, 4, true), (11, 2, false), (11, 2, true)]
+    );
+    assert_eq!(mem.move_nodes, vec![vec![0, 0, 0, 1], vec![1, 1]]);
     assert_eq!(mem.pages[&(10, 2 * PAGE_SIZE)], 1);
-    assert_eq!(counter(&rig, Counter::MigratorSyscalls), 6);
+    assert_eq!(mem.pages[&(10, 3 * PAGE_SIZE)], 0);
+    assert_eq!(counter(&rig, Counter::MigratorSyscalls), 4);
+    drop(mem);
+    // Every destination's bucket was charged its three pages, none refunded.
+    let full = 65536u64 << 20;
+    assert_eq!(rig.migrator.limits.tokens(0), Some(full - 3 * PAGE_SIZE));
+    assert_eq!(rig.migrator.limits.tokens(1), Some(full - 3 * PAGE_SIZE));
+}
+
+/// A move that stops after the first destination's run (the kernel returns the pages it did
+/// not migrate and leaves later entries unwritten): node 0's two pages moved, node 1's two
+/// are found still on the slow node by the re-query, counted as not migrated and refunded
+/// to node 1's bucket alone.
+#[test]
+fn a_call_stopped_between_destinations_refunds_only_the_one_left() {
+    let mut rig = rig(MigratorConfig::default());
+    map(&rig, 10, 0..4);
+    rig.mover
+        .0
+        .lock()
+        .script
+        .push_back(Script::Partial { moved: 2 });
+    let mut batch = vec![
+        cand(10, 3, 1),
+        cand(10, 0, 0),
+        cand(10, 2, 1),
+        cand(10, 1, 0),
+    ];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailNotMigrated), 2);
+    assert_eq!(rig.stats.promoted_bytes(0), 2 * PAGE_SIZE);
+    assert_eq!(rig.stats.promoted_bytes(1), 0);
+    assert_eq!(outcomes(&rig), 4);
+    let full = 65536u64 << 20;
+    assert_eq!(rig.migrator.limits.tokens(0), Some(full - 2 * PAGE_SIZE));
+    assert_eq!(rig.migrator.limits.tokens(1), Some(full));
 }
 
 #[test]

@@ -97,12 +97,14 @@ fn the_heat_cut_keeps_room_for_hotter_pages_across_batches() {
 }
 
 /// Free memory is read once per destination and batch; the groups after the first see that
-/// reading less what the batch moved. By hand: room for three 4 KiB pages above the reserve
-/// (12 kB); pid 10 offers two pages, pid 11 two more in the same batch. Pid 10's group takes
-/// two (8 kB), pid 11's sees 4 kB of room: one page moves and one is held at the watermark.
-/// The fake's memory never shrinks, so before this each group saw 12 kB and all four moved.
+/// reading less what the batch admitted there before them. By hand: room for three 4 KiB
+/// pages above the reserve (12 kB); pid 10 offers two pages, pid 11 two more in the same
+/// batch. Pid 10's group takes two (8 kB), pid 11's sees 4 kB of room: one page moves and one
+/// is held at the watermark. The fake's memory never shrinks, so before this each group saw
+/// 12 kB and all four moved. The same holds for two sizes of one process, whose groups are cut
+/// before its one move: a 64 KiB folio and a base page with room for the folio alone.
 #[test]
-fn one_free_memory_read_per_batch_less_what_the_batch_moved() {
+fn one_free_memory_read_per_batch_less_what_the_batch_admitted() {
     let (mut rig, free) = rig_with_free(MigratorConfig::default());
     free.0.lock().insert(0, NODE0_RESERVE_KB + 3 * 4);
     map(&rig, 10, 0..2);
@@ -117,4 +119,19 @@ fn one_free_memory_read_per_batch_less_what_the_batch_moved() {
     let mut next = vec![cand(11, 1, 0)];
     rig.migrator.process(&mut next);
     assert_eq!(free.1.load(std::sync::atomic::Ordering::Relaxed), 2);
+
+    // Room for 64 kB: the base page's group (the smaller size sorts first) takes 4 kB, so the
+    // 64 KiB folio's group, cut before either moves, finds 60 kB and waits at the watermark.
+    let (mut rig, free) = rig_with_free(MigratorConfig::default());
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 64);
+    map(&rig, 10, 0..32);
+    let folio = Candidate {
+        bytes: 16 * PAGE_SIZE,
+        ..cand(10, 16, 0)
+    };
+    let mut batch = vec![folio, cand(10, 3, 0)];
+    rig.migrator.process(&mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
+    assert_eq!(counter(&rig, Counter::PgpromoteFailWatermark), 1);
+    assert_eq!(rig.stats.promoted_bytes(0), PAGE_SIZE);
 }

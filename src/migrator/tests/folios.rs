@@ -84,11 +84,11 @@ fn a_thp_candidate_is_charged_and_counted_at_2_mib_and_moves_once() {
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
     assert_eq!(counter(&rig, Counter::PgpromoteSameFolio), 1);
     assert_eq!(counter(&rig, Counter::ThpWholePromotions), 1);
-    // Three sizes, three groups: each one query and one move of one address; the THP's is
-    // the lowest candidate address in it (page 513).
+    // Three sizes of one process: one query and one move of three addresses, by address;
+    // the THP's is the lowest candidate address in it (page 513).
     let mem = rig.mover.0.lock();
-    let moved: Vec<_> = mem.calls.iter().filter(|c| c.2).map(|c| c.1).collect();
-    assert_eq!(moved, vec![1, 1, 1]);
+    assert_eq!(mem.calls, vec![(PID, 3, false), (PID, 3, true)]);
+    assert_eq!(mem.move_nodes, vec![vec![0, 0, 0]]);
     assert_eq!(mem.pages[&(PID, 513 * PAGE_SIZE)], 0);
     assert_eq!(mem.pages[&(PID, 600 * PAGE_SIZE)], SLOW);
 }
