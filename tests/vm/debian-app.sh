@@ -207,13 +207,22 @@ promoter_cpu() {
 	damon) cpu_s "$promoter_pid" ;;
 	esac
 }
-# thread_cpu PID: "comm:seconds,..." of PID's threads (utime + stime, USER_HZ 100), busiest
-# first: where a promoter's CPU goes.
-thread_cpu() {
+# thread_ticks PID: one line per thread of PID, "tid comm utime stime" (USER_HZ ticks).
+thread_ticks() {
 	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
 	for t in /proc/"$1"/task/*; do
-		awk '{ sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); printf "%s %.2f\n", c, ($12 + $13) / 100 }' "$t/stat" 2> /dev/null
-	done | awk '{ s[$1] += $2 } END { for (k in s) printf "%s:%.2f\n", k, s[k] }' | sort -t: -k2 -rn | paste -sd, -
+		awk -v tid="${t##*/}" '{ sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); print tid, c, $12, $13 }' "$t/stat" 2> /dev/null
+	done
+}
+# thread_cpu BEFORE AFTER [sys]: "comm:seconds,..." busiest first, the CPU (utime + stime, or
+# stime alone with `sys`) each thread name took between two thread_ticks listings (a thread
+# missing from BEFORE started since): where a promoter's CPU went in the phase, and how much
+# of it in the kernel (system calls, page migration).
+thread_cpu() {
+	awk -v sys="${3:-}" 'NR == FNR { u[$1] = $3; s[$1] = $4; next }
+		{ d = (sys ? 0 : $3 - u[$1]) + $4 - s[$1]; t[$2] += d }
+		END { for (k in t) printf "%s:%.2f\n", k, t[k] / 100 }' <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
+		sort -t: -k2 -rn | paste -sd, -
 }
 promoter_stop() {
 	case $scenario in
@@ -265,6 +274,7 @@ free0=$(fast_free_mb)
 promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
 snap 0
+ticks0=$(thread_ticks "$promoter_pid")
 t0=$(now)
 for n in $(seq 1 "$RIG_ROUNDS"); do
 	read -r ops p50 p99 <<< "$(app_round "$n")"
@@ -280,8 +290,10 @@ done
 t1=$(now)
 counts=$(ctl STATS)
 cpu=$(promoter_cpu)
-threads=$(thread_cpu "$promoter_pid")
-info "promoter threads (CPU s): ${threads:-none}"
+ticks1=$(thread_ticks "$promoter_pid")
+threads=$(thread_cpu "$ticks0" "$ticks1")
+threads_sys=$(thread_cpu "$ticks0" "$ticks1" sys)
+info "promoter threads in the phase (CPU s): ${threads:-none}; of it in the kernel: ${threads_sys:-none}"
 case $scenario in
 # pghotd's own account (every non-zero counter), for reading the figures against.
 pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
@@ -289,6 +301,7 @@ esac
 relay_cpu=
 if [ -n "$relay_pid" ]; then
 	relay_cpu=$(cpu_s "$relay_pid")
+	relay_sys=$(awk '{ printf "%.2f", $15 / 100 }' "/proc/$relay_pid/stat" 2> /dev/null)
 	# The relay ends the phase with it (its figures written on SIGTERM), so they cover the
 	# phase only and it takes no CPU from the truth.
 	kill -TERM "$relay_pid" 2> /dev/null
@@ -315,7 +328,7 @@ delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 =
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"promoter_threads_cpu_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -326,4 +339,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${threads:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
