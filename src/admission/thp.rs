@@ -221,9 +221,19 @@ impl SysThp {
     /// Reads `out.len()` pagemap entries of `pid` from page number `index`; returns the
     /// file's path, for later errors.
     fn read_pagemap(&self, pid: u32, index: u64, out: &mut [u64]) -> Result<PathBuf, ThpError> {
+        let (file, path) = self.open_pagemap(pid)?;
+        read_entries(&file, index, out).map_err(|source| ThpError::Pagemap {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// `pid`'s pagemap, open for reading at any offset, and its path.
+    fn open_pagemap(&self, pid: u32) -> Result<(File, PathBuf), ThpError> {
         let path = self.proc_root.join(pid.to_string()).join("pagemap");
-        match File::open(&path).and_then(|f| read_entries(&f, index, out)) {
-            Ok(()) => Ok(path),
+        match File::open(&path) {
+            Ok(file) => Ok((file, path)),
             Err(source) => Err(ThpError::Pagemap { path, source }),
         }
     }
@@ -324,9 +334,16 @@ impl ThpKernel for SysThp {
     /// Per 2 MiB region, one pagemap read from the first to the last page asked about; then one
     /// kpageflags entry per present page: a THP's subpage reads as a compound head or tail
     /// with KPF_THP (as in [`Region::from_raw`]). A split region's base pages, with PFNs that
-    /// are not consecutive, would cost [`SysThp::region`] up to 512 kpageflags reads.
+    /// are not consecutive, would cost [`SysThp::region`] up to 512 kpageflags reads. The
+    /// pagemap is opened once for all the regions: a program's hot pages are scattered, so a
+    /// batch of candidates names about as many regions as pages, and each open checks ptrace
+    /// access again (fs/proc/base.c `proc_mem_open`, `mm_access`).
     fn in_large_folio(&mut self, pid: u32, vaddrs: &[u64]) -> Result<Vec<bool>, ThpError> {
         let mut out = vec![false; vaddrs.len()];
+        if vaddrs.is_empty() {
+            return Ok(out);
+        }
+        let (file, path) = self.open_pagemap(pid)?;
         let mut i = 0;
         while i < vaddrs.len() {
             let region = vaddrs[i] & !(REGION_BYTES - 1);
@@ -337,7 +354,10 @@ impl ThpKernel for SysThp {
             let first = vaddrs[i] / PAGE_SIZE;
             let last = vaddrs[end - 1] / PAGE_SIZE;
             let mut pagemap = vec![0u64; (last - first + 1) as usize];
-            let path = self.read_pagemap(pid, first, &mut pagemap)?;
+            read_entries(&file, first, &mut pagemap).map_err(|source| ThpError::Pagemap {
+                path: path.clone(),
+                source,
+            })?;
             for (o, &v) in out[i..end].iter_mut().zip(&vaddrs[i..end]) {
                 let entry = pagemap[(v / PAGE_SIZE - first) as usize];
                 *o = self.thp_flags(entry, &path)? != 0;
