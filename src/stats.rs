@@ -305,6 +305,10 @@ counters! {
     DropBadNode => "pghot_drop_bad_node" as Metric::of(&DROPPED_SAMPLES, "bad_node"),
     /// move_pages(2) queries made to find the node of samples that carried none.
     PghotNodeQueries => "pghot_node_queries" as Metric::count("node_queries"),
+    /// Samples that carried no node (nor a physical address) and took their page's node from
+    /// what pghotd last knew of it (its table, or a recent query): a page the kernel moved since
+    /// looks where it was. The migrators' audit runs only while such samples arrive.
+    PghotBelievedNodeSamples => "pghot_believed_node_samples" as Metric::count("believed_node_samples"),
     /// Pages the table holds on a top-tier node that a migrator re-checked with the kernel
     /// (node-less samples trust the table's node; see `migrator::audit`).
     PghotAuditPages => "pghot_audit_pages" as Metric::count("audited_pages"),

@@ -379,15 +379,26 @@ impl Recorder {
         None
     }
 
-    /// The page's node as far as pghotd knows without asking the kernel.
+    /// The page's node as far as pghotd knows without asking the kernel: the sample's own, or
+    /// else the one pghotd believes (counted: the migrators audit such beliefs).
     #[inline]
-    fn known_node(&self, s: &Sample, key: PageKey) -> Option<NodeId> {
+    fn known_node(&mut self, s: &Sample, key: PageKey) -> Option<NodeId> {
         let ingest = &*self.ingest;
-        s.paddr
+        let seen = s
+            .paddr
             .and_then(|p| ingest.topology.physmap().node_of(p))
-            .or(s.node)
-            .or_else(|| self.resolver.cached(key, s.time_ns))
-            .or_else(|| ingest.table.get(key).map(|e| e.node()))
+            .or(s.node);
+        if seen.is_some() {
+            return seen;
+        }
+        let believed = self
+            .resolver
+            .cached(key, s.time_ns)
+            .or_else(|| ingest.table.get(key).map(|e| e.node()));
+        if believed.is_some() {
+            self.local.bump(Counter::PghotBelievedNodeSamples);
+        }
+        believed
     }
 
     fn resolve_deferred(&mut self) {
@@ -732,6 +743,8 @@ mod tests {
         r.finish();
         let s = stats.snapshot();
         assert_eq!(s.get("pghot_node_queries"), 1);
+        // The third took the node pghotd knew, unchecked: one for the migrators' audit.
+        assert_eq!(s.get("pghot_believed_node_samples"), 1);
         assert_eq!(s.get("pghot_recorded_accesses"), 3);
         assert_eq!(s.get("hwhint_extmem_accesses"), 3);
     }
@@ -751,6 +764,11 @@ mod tests {
         assert_eq!(s.get("hwhint_extmem_accesses"), 2);
         assert_eq!(s.get("hwhint_cache_accesses"), 1);
         assert_eq!(s.get("pghot_recorded_accesses"), 2);
+        assert_eq!(
+            s.get("pghot_believed_node_samples"),
+            0,
+            "each showed its node"
+        );
         assert_eq!(ingest.table().len(), 2, "top-tier pages are not tracked");
         assert!(rx.is_empty());
     }

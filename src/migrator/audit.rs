@@ -7,8 +7,13 @@
 //! forever and never be promoted again. So once per [`AUDIT_EVERY`] each migrator asks the
 //! kernel (move_pages query mode, no move) about the hottest [`AUDIT_PAGES`] pages believed on
 //! the fast nodes it serves, and those found on a lower tier are tracked as lower-tier again.
-//! Samples that carry a physical address never needed this; the audit costs a few queries a
-//! second either way.
+//! Samples that carry a physical address or a node correct the table themselves (a page the
+//! kernel moved shows its new node in its next sample), so an audit is due only when samples
+//! took a believed node since the last one (`pghot_believed_node_samples`, see
+//! `ingest::Recorder::known_node`). With emulated IBS in the Debian rig, whose samples all
+//! carry their physical address, audits of Redis's pages took their share of a vCPU (up to
+//! [`AUDIT_CPU_PCT`]) and moved none back (`pghot_audit_moved_back` 0 of 392 pages checked in
+//! a phase; BENCHMARKS.md, "One move per process, and no audit where samples show the node").
 //!
 //! Finding those pages means reading the table's slots, and a full table is 32 bytes a slot
 //! (32 MiB at the default `max_tracked_pages`). Each audit reads at most [`AUDIT_SLOTS`] slots,

@@ -19,7 +19,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
             let started = self.clock.now();
-            self.audit();
+            let believed = self.stats.get(Counter::PghotBelievedNodeSamples);
+            if believed != self.believed_at_audit {
+                self.believed_at_audit = believed;
+                self.audit();
+            }
             let took = self.clock.now().saturating_sub(started);
             self.next_audit = self.clock.now() + audit::pause_after(took);
         }

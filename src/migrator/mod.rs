@@ -196,6 +196,9 @@ pub struct Migrator<M: Mover, C: Clock> {
     call_failures: u64,
     /// When the next audit of the pages believed fast is due (clock time).
     next_audit: Duration,
+    /// `pghot_believed_node_samples` when the last audit was due: no new ones since, and
+    /// every sample since showed its page's node, so nothing the table holds is stale.
+    believed_at_audit: u64,
     /// The first shard the next audit reads (see [`audit::next_slice`]).
     audit_cursor: usize,
     /// Most pages one audit asks about.
@@ -242,6 +245,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             demoter,
             call_failures: 0,
             next_audit: Duration::ZERO,
+            believed_at_audit: 0,
             audit_cursor: 0,
             audit_pages: audit::AUDIT_PAGES,
             next_collapse_scan: Duration::ZERO,
