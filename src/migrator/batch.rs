@@ -148,7 +148,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let moved = if self.config.dry_run {
             ready.to_vec()
         } else {
-            self.move_group(pid, ready)
+            self.query_and_move(pid, ready)
         };
         let mut unmoved: Vec<(NodeId, u64)> = Vec::new();
         for c in ready {
@@ -256,7 +256,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Queries and moves one process's candidates in one call each, and accounts every
     /// failure. Returns the candidates that reached their destination, for the caller to
     /// count.
-    fn move_group(&mut self, pid: u32, group: &[Candidate]) -> Vec<Candidate> {
+    fn query_and_move(&mut self, pid: u32, group: &[Candidate]) -> Vec<Candidate> {
         let pages: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
         let mut status = vec![STATUS_UNWRITTEN; pages.len()];
         if let Err(errno) = self.query(pid, &pages, &mut status) {

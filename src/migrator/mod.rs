@@ -183,7 +183,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,
     /// Free kB of each destination read during the batch being processed, less what the
-    /// batch has promoted there since: one read per destination and batch. A node's
+    /// batch has admitted there since: one read per destination and batch. A node's
     /// meminfo sums per-CPU counters in the kernel (drivers/base/node.c `node_read_meminfo`)
     /// and costs more than moving the page or two a trickle of candidates brings.
     free_in_batch: Vec<(NodeId, u64)>,
