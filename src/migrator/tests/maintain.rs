@@ -2,12 +2,9 @@
 
 use super::*;
 
-#[test]
-fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
-    let mut rig = rig(MigratorConfig::default());
-    map(&rig, 10, 0..3);
-    let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0), cand(10, 2, 1)];
-    for c in &batch {
+/// Records one slow-node sample of each candidate's page at 1 ms, then promotes the batch.
+fn promote_sampled(rig: &mut Rig, batch: &mut Vec<Candidate>) {
+    for c in batch.iter() {
         rig.table.record(&Access {
             key: c.key,
             time_ns: 1_000_000,
@@ -15,7 +12,15 @@ fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
             op: AccessOp::Load,
         });
     }
-    rig.migrator.process(&mut batch);
+    rig.migrator.process(batch);
+}
+
+#[test]
+fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
+    let mut rig = rig(MigratorConfig::default());
+    map(&rig, 10, 0..3);
+    let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0), cand(10, 2, 1)];
+    promote_sampled(&mut rig, &mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 3);
     // The kernel demotes one page behind pghotd's back; the table still says node 0, and
     // samples without a node have been taking the table's word.
@@ -46,15 +51,7 @@ fn no_audit_while_every_sample_shows_its_node() {
     let mut rig = rig(MigratorConfig::default());
     map(&rig, 10, 0..2);
     let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0)];
-    for c in &batch {
-        rig.table.record(&Access {
-            key: c.key,
-            time_ns: 1_000_000,
-            node: 2,
-            op: AccessOp::Load,
-        });
-    }
-    rig.migrator.process(&mut batch);
+    promote_sampled(&mut rig, &mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
     rig.mover.0.lock().pages.insert((10, 0), SLOW);
     for _ in 0..3 {
