@@ -253,18 +253,40 @@ pub fn config(data: &[u8]) {
     if parsed.apply_file(Path::new("fuzz.toml"), text).is_err() {
         return;
     }
+    // `config get` shows an unset option as null; the file spells an off socket `""`.
+    let mut left: Vec<(&str, serde_json::Value, String)> = parsed
+        .values()
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let text = match (key, &value) {
+                ("control_socket", serde_json::Value::Null) => "\"\"".to_string(),
+                (_, serde_json::Value::Null) => return None,
+                _ => value.to_string(),
+            };
+            Some((key, value, text))
+        })
+        .collect();
+    // Set one key at a time, as `pghotctl config set` does: a key checked against another
+    // (damon_min_regions <= damon_max_regions) may need the other set first, so the keys
+    // refused go round again while a pass makes progress.
     let mut again = Config::default();
-    for (key, value) in parsed.values() {
-        // `config get` shows an unset option as null; the file spells an off socket `""`.
-        let text = match (key, &value) {
-            ("control_socket", serde_json::Value::Null) => "\"\"".to_string(),
-            (_, serde_json::Value::Null) => continue,
-            _ => value.to_string(),
-        };
-        again = match again.with_setting(key, &text) {
-            Ok(c) => c,
-            Err(e) => panic!("{key} = {value} was accepted in a file but not by config set: {e}"),
-        };
+    loop {
+        let before = left.len();
+        let mut refused = Vec::new();
+        for (key, value, text) in left {
+            match again.with_setting(key, &text) {
+                Ok(c) => again = c,
+                Err(e) => refused.push((key, value, text, e)),
+            }
+        }
+        if refused.is_empty() {
+            break;
+        }
+        if refused.len() == before {
+            let (key, value, _, e) = &refused[0];
+            panic!("{key} = {value} was accepted in a file but not by config set: {e}");
+        }
+        left = refused.into_iter().map(|(k, v, t, _)| (k, v, t)).collect();
     }
     assert_eq!(again.values(), parsed.values(), "config from {text:?}");
 }

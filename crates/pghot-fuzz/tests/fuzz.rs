@@ -378,6 +378,14 @@ mod regressions {
         fuzz::metrics_head(b"GET /metrics\n\r\nHost: x\r\n\r\n");
     }
 
+    /// A file may raise `damon_min_regions` above the default `damon_max_regions` with the
+    /// maximum after it; set key by key in `config get`'s order, the minimum came first and was
+    /// refused against the default maximum (found by `config_structured`).
+    #[test]
+    fn config_keys_checked_against_each_other_round_trip() {
+        fuzz::config(b"damon_min_regions = 1001\ndamon_max_regions = 2000");
+    }
+
     /// An off control socket reads back as null from `config get`; the round trip must turn it
     /// into `""` again rather than drop it (found by `config_structured`).
     #[test]
