@@ -334,7 +334,7 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
     let status = child.wait().map_err(|e| e.to_string())?;
     let end_at = Instant::now();
     let (counts, recs) = ctl.dump()?;
-    // The records the writer flushed by now (every 10 ms) reach us within a few tens of ms.
+    // The records the writer flushed by now (every 25 ms) reach us within a few tens of ms.
     thread::sleep(Duration::from_millis(200));
     let (got, skipped) = reader.finish()?;
     if !status.success() {

@@ -43,16 +43,17 @@ const QUICK_TRIES: usize = 2;
 /// Searches of every other listed process a second, at most.
 const SEARCHES_PER_S: u64 = 25;
 /// After each batch the relay waits this long before reading again, so that it reads, looks
-/// up and writes several records per system call rather than one (the plugin flushes every
-/// 1 ms); it bounds the delay the relay adds. Each batch costs the guest about a millisecond
-/// whatever it holds, and that CPU is taken from the program's vCPUs: a Redis phase at 4 ms
-/// took 25,658 batches and 24 s of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s
-/// (BENCHMARKS.md, "Redis on the Debian guest: what pghotd cost the guest"), and with `--only`
-/// still 7,401 batches of 5.3 records and 11.2 s in 90 s; at 40 ms, 2,222 batches and 6.8 s.
-/// At 40 ms a sample still reaches pghotd well within the 100 ms a real IBS sampler's
-/// poll may hold it (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`), and in the program's time
-/// (the rig's dilation D = 50, tests/vm/README.md) the relay adds under a millisecond.
-const GATHER: Duration = Duration::from_millis(40);
+/// up and writes many records per system call rather than one; it bounds the delay the relay
+/// adds. Each batch costs the guest a few milliseconds of a vCPU whatever it holds (waking,
+/// the port's reads, the FIFO's write and pghotd's wake to read it, all under TCG), and that
+/// CPU is taken from the program's vCPUs: a Redis phase at 4 ms took 25,658 batches and 24 s
+/// of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s (BENCHMARKS.md, "Redis on
+/// the Debian guest: what pghotd cost the guest"), with `--only` still 7,401 batches of 5.3
+/// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 100 ms a sample waits
+/// at most 2 ms of the program's own time (the rig's dilation D = 50 stretches the program's
+/// time 50-fold, tests/vm/README.md "Time dilation"), where a real IBS sampler's poll may hold
+/// it 100 ms (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
+const GATHER: Duration = Duration::from_millis(100);
 /// Most pages `Figures::missed` keeps.
 const MISSED_PAGES: usize = 16_384;
 /// How often the figures are written to the stats file while the relay runs (without the
