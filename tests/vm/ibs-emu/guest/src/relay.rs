@@ -266,9 +266,20 @@ impl Attributor {
         edge
     }
 
-    fn pid_of(&mut self, r: &Record) -> Found {
+    /// Rescans when [`RESCAN`] has passed since the last; called once a batch, not once a
+    /// record (a clock read each).
+    fn rescan_if_due(&mut self) {
         if self.scanned.is_none_or(|t| t.elapsed() >= RESCAN) {
             self.rescan();
+        }
+    }
+
+    fn pid_of(&mut self, r: &Record) -> Found {
+        // First, as it is the cheapest test (a binary search of a few hundred ranges) and the
+        // one most records fail: over half of a Redis phase's records are other processes'.
+        if self.only.is_some() && !self.procs.iter().any(|p| p.spans.covers(r.vaddr)) {
+            self.outside_maps += 1;
+            return Found::Outside;
         }
         let pfn = r.paddr >> 12;
         if self.nobody.contains(&pfn) {
@@ -281,10 +292,6 @@ impl Attributor {
                 self.known.remove(&key);
             }
             None => {}
-        }
-        if self.only.is_some() && !self.procs.iter().any(|p| p.spans.covers(r.vaddr)) {
-            self.outside_maps += 1;
-            return Found::Outside;
         }
         let reads_before = self.reads;
         let first = self.last.get(&r.vcpu).map(|&i| i as usize);
@@ -415,10 +422,10 @@ impl Figures {
 
 /// The trace's sample: the node from the kernel's own memory blocks, the data source from
 /// the node's tier (a lower-tier node is the slow, CXL-like memory).
-fn sample(r: &Record, pid: u32, topo: &Topology) -> Sample {
+fn sample(r: &Record, pid: u32, topo: &Topology, time_ns: u64) -> Sample {
     let node = topo.physmap().node_of(r.paddr);
     Sample {
-        time_ns: monotonic_ns(),
+        time_ns,
         cpu: r.vcpu,
         pid,
         // The plugin does not know the thread; the process is what pghotd keys on.
@@ -490,6 +497,52 @@ fn drain_port(
     }
 }
 
+/// One batch's handling of records: each becomes a trace line for pghotd, or is counted.
+struct PassOn<'a> {
+    attributor: &'a mut Attributor,
+    fig: &'a mut Figures,
+    topo: &'a Topology,
+    own_pid: u32,
+    exclude: &'a [u32],
+    /// The batch's time, every sample's.
+    now_ns: u64,
+}
+
+impl PassOn<'_> {
+    fn record(&mut self, r: &Record, w: &mut TraceWriter<&mut Vec<u8>>) {
+        let fig = &mut *self.fig;
+        fig.records += 1;
+        if r.vaddr >= USER_TOP {
+            fig.kernel_half += 1;
+            return;
+        }
+        match self.attributor.pid_of(r) {
+            // The relay is part of the emulated hardware: a real machine has no such
+            // process, so its own accesses are not samples (fed to pghotd they would feed
+            // back: more samples, more relay work, more samples). The same for the pids it is
+            // told to leave out (the promoter: see `relay`).
+            Found::Pid(pid) if pid == self.own_pid || self.exclude.contains(&pid) => fig.own += 1,
+            Found::Pid(pid) => {
+                fig.attributed += 1;
+                *fig.by_pid.entry(pid).or_default() += 1;
+                // A Vec does not fail to grow.
+                let _ = w.write_sample(&sample(r, pid, self.topo, self.now_ns));
+                fig.lines += 1;
+            }
+            // Counted by the attributor (`outside_maps`); not a failure to find the owner, so
+            // not listed among the misses (a hash insert a record saved).
+            Found::Outside => fig.unattributed += 1,
+            Found::Nobody => {
+                fig.unattributed += 1;
+                let vpn = r.vaddr >> 12;
+                if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
+                    *fig.missed.entry(vpn).or_default() += 1;
+                }
+            }
+        }
+    }
+}
+
 /// `exclude`: pids whose samples are dropped like the relay's own. Under TCG and the rig's time
 /// dilation a promoter costs the guest far more than it costs hardware (BENCHMARKS.md, "Redis
 /// on the Debian guest: six promoters"), so its own share of the guest's memory operations, and
@@ -538,38 +591,20 @@ pub fn relay(
         let began = Instant::now();
         lines.clear();
         let mut w = TraceWriter::continuing(&mut lines);
+        // One clock read a batch: the batch's records are handled within milliseconds of
+        // each other, and each read is dear under TCG.
+        let now_ns = monotonic_ns();
+        attributor.rescan_if_due();
+        let mut pass = PassOn {
+            attributor: &mut attributor,
+            fig: &mut fig,
+            topo: &topo,
+            own_pid,
+            exclude,
+            now_ns,
+        };
         let drained = drain_port(&mut samples, &mut chunk, |bytes| {
-            split.feed(bytes, |r| {
-                fig.records += 1;
-                if r.vaddr >= USER_TOP {
-                    fig.kernel_half += 1;
-                    return;
-                }
-                match attributor.pid_of(&r) {
-                    // The relay is part of the emulated hardware: a real machine has no such
-                    // process, so its own accesses are not samples (fed to pghotd they would
-                    // feed back: more samples, more relay work, more samples). The same for
-                    // the pids it is told to leave out (the promoter: see `relay`).
-                    Found::Pid(pid) if pid == own_pid || exclude.contains(&pid) => fig.own += 1,
-                    Found::Pid(pid) => {
-                        fig.attributed += 1;
-                        *fig.by_pid.entry(pid).or_default() += 1;
-                        // A Vec does not fail to grow.
-                        let _ = w.write_sample(&sample(&r, pid, &topo));
-                        fig.lines += 1;
-                    }
-                    // Counted by the attributor (`outside_maps`); not a failure to find the
-                    // owner, so not listed among the misses (a hash insert a record saved).
-                    Found::Outside => fig.unattributed += 1,
-                    Found::Nobody => {
-                        fig.unattributed += 1;
-                        let vpn = r.vaddr >> 12;
-                        if fig.missed.len() < MISSED_PAGES || fig.missed.contains_key(&vpn) {
-                            *fig.missed.entry(vpn).or_default() += 1;
-                        }
-                    }
-                }
-            })
+            split.feed(bytes, |r| pass.record(&r, &mut w))
         })
         .map_err(|e| format!("{path}: {e}"))?;
         fig.port_reads += drained.reads;
@@ -672,6 +707,7 @@ mod tests {
     #[test]
     fn only_reads_pagemap_for_addresses_the_candidates_map() {
         let mut a = Attributor::new(Some(vec![std::process::id()]));
+        a.rescan_if_due();
         let at = |vaddr: u64| Record {
             vaddr,
             paddr: !0xfff,
