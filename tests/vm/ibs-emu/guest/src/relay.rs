@@ -15,7 +15,7 @@
 //! each rescan) is dropped without a system call; any other costs at most one pagemap read per
 //! managed process.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -80,7 +80,7 @@ struct Attributor {
     last: HashMap<u32, u32>,
     /// Frames no process mapped at that address since the last rescan (an exited process,
     /// a page being migrated): not looked up again until the next rescan.
-    nobody: std::collections::HashSet<u64>,
+    nobody: HashSet<u64>,
     /// (virtual page, frame) -> pid: a hot page is sampled again and again, and each pagemap
     /// read is a system call (tens of microseconds under TCG). Kept across rescans; an entry
     /// of a process that has exited is dropped when it is next used (pruning the whole map at
@@ -90,10 +90,10 @@ struct Attributor {
     /// at the same address after it was freed is left to chance. Cleared past [`KNOWN_MAX`].
     known: HashMap<(u64, u64), u32>,
     /// The pids the last rescan listed.
-    live: std::collections::HashSet<u32>,
+    live: HashSet<u32>,
     /// Pids with no executable (kernel threads), not looked at again while they exist (a pid
     /// reused between two rescans would be missed: with pid_max in the millions, rare).
-    not_user: std::collections::HashSet<u32>,
+    not_user: HashSet<u32>,
     /// pagemap reads, for the cost figure.
     reads: u64,
     /// Of those, the reads for records left unattributed.
@@ -150,10 +150,10 @@ impl Attributor {
             procs: Vec::new(),
             scanned: None,
             last: HashMap::new(),
-            nobody: std::collections::HashSet::new(),
+            nobody: HashSet::new(),
             known: HashMap::new(),
-            live: std::collections::HashSet::new(),
-            not_user: std::collections::HashSet::new(),
+            live: HashSet::new(),
+            not_user: HashSet::new(),
             reads: 0,
             miss_reads: 0,
             budget: Budget::new(SEARCHES_PER_S),
@@ -177,7 +177,7 @@ impl Attributor {
             None => proc_pids(),
         };
         let mut old: HashMap<u32, Proc> = self.procs.drain(..).map(|p| (p.pid, p)).collect();
-        let live: std::collections::HashSet<u32> = pids.iter().copied().collect();
+        let live: HashSet<u32> = pids.iter().copied().collect();
         self.not_user.retain(|pid| live.contains(pid));
         for pid in pids {
             let proc = match old.remove(&pid) {
@@ -719,6 +719,97 @@ mod tests {
         let local = 7u64;
         assert_eq!(a.pid_of(&at(&local as *const u64 as u64)), Found::Nobody);
         assert_eq!((a.outside_maps, a.reads), (1, 1));
+    }
+
+    /// Records of this process's own heap, at the frames its pagemap gives, become trace lines
+    /// that pghotd's parser reads back with the same pid, address and frame; records at an
+    /// address the process has not mapped are dropped as outside without a pagemap read.
+    /// Also the relay's cost harness: `RELAY_COST_RECORDS=200000` under cachegrind
+    /// (BENCHMARKS.md, "The relay's cost per record") gives its instructions per record.
+    #[test]
+    fn pass_on_writes_own_pages_as_lines_and_drops_outside() {
+        let n: usize = std::env::var("RELAY_COST_RECORDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(4_000);
+        let pid = std::process::id();
+        // 16 MiB of heap, every page touched so it has a frame.
+        let heap = vec![1u8; 16 << 20];
+        let lo = (heap.as_ptr() as u64).div_ceil(4096) * 4096;
+        let hi = (heap.as_ptr() as u64 + heap.len() as u64) & !4095;
+        let pagemap = File::open("/proc/self/pagemap").unwrap();
+        let frames = crate::pagemap::frames(&pagemap, lo, hi).unwrap();
+        // Without CAP_SYS_ADMIN pagemap shows no frames (pagemap.rst): nothing to attribute.
+        let Some(&Some(first)) = frames.first() else {
+            eprintln!("no frames in /proc/self/pagemap (not root): skipped");
+            return;
+        };
+        assert_ne!(first, 0, "frames hidden (not root)");
+        let topo = Topology::read(SysfsRoot::new("/sys")).unwrap();
+        let mut attributor = Attributor::new(Some(vec![pid]));
+        attributor.rescan_if_due();
+        let mut fig = Figures::default();
+        let mut pass = PassOn {
+            attributor: &mut attributor,
+            fig: &mut fig,
+            topo: &topo,
+            // Not this process: its records are the program's here.
+            own_pid: 0,
+            exclude: &[],
+            now_ns: 1,
+        };
+        let mut lines = Vec::new();
+        let mut w = TraceWriter::continuing(&mut lines);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut inside = 0;
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // About half the records outside (as in a Redis phase): page 1, mapped by nobody.
+            let r = if i % 2 == 0 {
+                let page = (x % frames.len() as u64) as usize;
+                inside += 1;
+                Record {
+                    vaddr: lo + (page as u64) * 4096 + (x & 0xfc0),
+                    paddr: frames[page].unwrap() * 4096 + (x & 0xfc0),
+                    vcpu: (x >> 40) as u32 & 1,
+                    is_store: x & 1 == 1,
+                }
+            } else {
+                Record {
+                    vaddr: 0x1000 + (x & 0xfc0),
+                    paddr: 0x8000_0000,
+                    vcpu: 0,
+                    is_store: false,
+                }
+            };
+            pass.record(&r, &mut w);
+        }
+        drop(heap);
+        assert_eq!((fig.attributed, fig.lines), (inside, inside));
+        assert_eq!(attributor.outside_maps, n as u64 - inside);
+        // At most one pagemap read per page: the rest were known.
+        assert!(
+            attributor.reads <= frames.len() as u64,
+            "{}",
+            attributor.reads
+        );
+        let text = String::from_utf8(lines).unwrap();
+        let parsed: Vec<Sample> = text
+            .lines()
+            .map(|l| pghotd::sampler::trace::parse_line(l).unwrap().unwrap())
+            .collect();
+        assert_eq!(parsed.len() as u64, inside);
+        for s in &parsed {
+            assert_eq!((s.pid, s.time_ns), (pid, 1));
+            assert!((lo..hi).contains(&s.vaddr));
+            let page = ((s.vaddr - lo) >> 12) as usize;
+            assert_eq!(
+                s.paddr,
+                Some(frames[page].unwrap() * 4096 + (s.vaddr & 0xfff))
+            );
+        }
     }
 
     /// A full bucket gives `per_s` at once and then nothing until time refills it (25 takes
