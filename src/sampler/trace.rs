@@ -84,10 +84,9 @@ pub fn parse_sample_period(line: &str) -> Option<Result<u64, TraceLineError>> {
 /// with `0x`).
 ///
 /// One pass over the bytes: checking every char with `char::is_digit` and then parsing with
-/// `u64::from_str_radix` took 1,400 of the 3,800 instructions a sample cost the trace source
-/// (`valgrind --tool=cachegrind`, BENCHMARKS.md "Trace lines"), and under the rig's TCG each
-/// instruction is tens of times dearer. Upper- and lower-case hex digits both count, as they
-/// do for `from_str_radix`; `None` on overflow, as it gives.
+/// `u64::from_str_radix` took 1,369 of the 3,878 instructions a sample cost the daemon reading
+/// a trace (`benches/trace-cost.sh`, BENCHMARKS.md "Trace lines"). Upper- and lower-case hex
+/// digits both count, as they do for `from_str_radix`; `None` on overflow, as it gives.
 fn digits(value: &str, radix: u32) -> Option<u64> {
     let bytes = value.as_bytes();
     if bytes.is_empty() {
@@ -96,7 +95,13 @@ fn digits(value: &str, radix: u32) -> Option<u64> {
     let radix = u64::from(radix);
     let mut n: u64 = 0;
     for &b in bytes {
-        let digit = u64::from(DIGIT[usize::from(b)]);
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            b'A'..=b'F' => b - b'A' + 10,
+            _ => return None,
+        };
+        let digit = u64::from(digit);
         if digit >= radix {
             return None;
         }
@@ -104,23 +109,6 @@ fn digits(value: &str, radix: u32) -> Option<u64> {
     }
     Some(n)
 }
-
-/// Each byte's value as a digit (0-9, a-f and A-F as 10-15), [`NOT_DIGIT`] for any other.
-const DIGIT: [u8; 256] = {
-    let mut t = [NOT_DIGIT; 256];
-    let mut b = 0;
-    while b < 256 {
-        t[b] = match b as u8 {
-            c @ b'0'..=b'9' => c - b'0',
-            c @ b'a'..=b'f' => c - b'a' + 10,
-            c @ b'A'..=b'F' => c - b'A' + 10,
-            _ => NOT_DIGIT,
-        };
-        b += 1;
-    }
-    t
-};
-const NOT_DIGIT: u8 = u8::MAX;
 
 fn decimal(field: &'static str, value: &str, max: u64) -> Result<u64, TraceLineError> {
     match digits(value, 10) {
@@ -181,60 +169,12 @@ fn data_source_name(src: DataSource) -> &'static str {
     }
 }
 
-/// `line`'s fields up to its first `#`, split at ASCII whitespace (`str::split_ascii_whitespace`'s
-/// definition: space, tab, LF, FF, CR). A cursor over the bytes: `split_once('#')` and
-/// `split_ascii_whitespace` took about twice the instructions (cachegrind, BENCHMARKS.md
-/// "Trace lines").
-struct Fields<'a> {
-    line: &'a str,
-    at: usize,
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = &'a str;
-
-    fn next(&mut self) -> Option<&'a str> {
-        let bytes = self.line.as_bytes();
-        let mut i = self.at;
-        while i < bytes.len() && BYTE_CLASS[usize::from(bytes[i])] == SPACE {
-            i += 1;
-        }
-        if i == bytes.len() || BYTE_CLASS[usize::from(bytes[i])] == COMMENT {
-            self.at = bytes.len();
-            return None;
-        }
-        let start = i;
-        while i < bytes.len() && BYTE_CLASS[usize::from(bytes[i])] == TEXT {
-            i += 1;
-        }
-        self.at = i;
-        // Both ends are next to ASCII bytes (or the line's ends): char boundaries.
-        Some(&self.line[start..i])
-    }
-}
-
-/// What each byte is to [`Fields`]: one table load a byte instead of five compares.
-const BYTE_CLASS: [u8; 256] = {
-    let mut t = [TEXT; 256];
-    let mut b = 0;
-    while b < 256 {
-        if (b as u8).is_ascii_whitespace() {
-            t[b] = SPACE;
-        }
-        b += 1;
-    }
-    t[b'#' as usize] = COMMENT;
-    t
-};
-const TEXT: u8 = 0;
-const SPACE: u8 = 1;
-const COMMENT: u8 = 2;
-
 /// Parses one line. `Ok(None)` for blank and comment-only lines.
 pub fn parse_line(line: &str) -> Result<Option<Sample>, TraceLineError> {
+    let content = line.split_once('#').map_or(line, |(before, _)| before);
     let mut fields = [""; 10];
     let mut count = 0;
-    for field in (Fields { line, at: 0 }) {
+    for field in content.split_ascii_whitespace() {
         if count < fields.len() {
             fields[count] = field;
         }
@@ -776,34 +716,6 @@ mod tests {
             ("٣", 10),
         ] {
             assert_eq!(digits(text, radix), None, "{text:?} base {radix}");
-        }
-    }
-
-    /// The field splitter against std's `split_once('#')` + `split_ascii_whitespace` on lines
-    /// with tabs, CR, FF, runs of spaces, a `#` inside a field and non-ASCII text.
-    #[test]
-    fn fields_split_as_std_splits_before_the_comment() {
-        let lines = [
-            "",
-            "   ",
-            "# only a comment",
-            "1 0 2 2 0x1000 - L dram 0",
-            "  1\t0  2\r\n",
-            "1\x0c2 3",
-            "12#34 56",
-            "a #b c",
-            "é ü\u{a0}x ٣",
-            "1 2 3 4 5 6 7 8 9 10 11 12",
-            "trailing #",
-        ];
-        for line in lines {
-            let want: Vec<&str> = line
-                .split_once('#')
-                .map_or(line, |(before, _)| before)
-                .split_ascii_whitespace()
-                .collect();
-            let got: Vec<&str> = Fields { line, at: 0 }.collect();
-            assert_eq!(got, want, "{line:?}");
         }
     }
 
