@@ -724,8 +724,8 @@ mod tests {
     /// Records of this process's own heap, at the frames its pagemap gives, become trace lines
     /// that pghotd's parser reads back with the same pid, address and frame; records at an
     /// address the process has not mapped are dropped as outside without a pagemap read.
-    /// Also the relay's cost harness: `RELAY_COST_RECORDS=200000` under cachegrind
-    /// (BENCHMARKS.md, "The relay's cost per record") gives its instructions per record.
+    /// Also the relay's cost harness: `RELAY_COST_RECORDS=200000` under cachegrind gives its
+    /// instructions per record (BENCHMARKS.md, "Cheaper trace parsing and relay records").
     #[test]
     fn pass_on_writes_own_pages_as_lines_and_drops_outside() {
         let n: usize = std::env::var("RELAY_COST_RECORDS")
