@@ -224,6 +224,59 @@ thread_cpu() {
 		END { for (k in t) printf "%s:%.2f\n", k, t[k] / 100 }' <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
 		sort -t: -k2 -rn | paste -sd, -
 }
+# proc_ticks: "pid comm ticks" (utime + stime) of every process now, kernel threads included.
+proc_ticks() {
+	for f in /proc/[0-9]*/stat; do
+		awk '{ p = $1; sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); gsub(/ /, "_", c); print p, c, $12 + $13 }' "$f" 2> /dev/null
+	done
+}
+# busiest BEFORE AFTER: "comm:seconds,..." of the eight names (summed over their processes;
+# kernel workers as one, their names change with the work queue) that took the most CPU between
+# two proc_ticks listings: who shared the guest's vCPUs with the program in the phase.
+busiest() {
+	awk 'NR == FNR { b[$1] = $3; next }
+		{ c = $2; if (c ~ /^kworker\//) c = "kworker"; t[c] += $3 - b[$1] }
+		END { for (k in t) if (t[k] > 0) printf "%.2f %s\n", t[k] / 100, k }' <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
+		sort -rn | head -n 8 | awk '{ printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1 }'
+}
+# cpu_split BEFORE AFTER: the guest's CPU time by kind between two /proc/stat "cpu" lines, as
+# JSON seconds (user includes nice; irq and softirq as the kernel accounts them).
+cpu_split() {
+	awk 'NR == 1 { for (i = 2; i <= NF; i++) a[i] = $i; next }
+		{ for (i = 2; i <= NF; i++) d[i] = ($i - a[i]) / 100
+		  printf "{\"user\":%.2f,\"system\":%.2f,\"irq\":%.2f,\"softirq\":%.2f,\"idle\":%.2f}", d[2] + d[3], d[4], d[7], d[8], d[5] + d[6] }' \
+		<(printf '%s\n' "$1") <(printf '%s\n' "$2")
+}
+# ctxsw PID: "voluntary nonvoluntary" context switches of PID's threads together; a
+# nonvoluntary one is the program preempted (by a promoter, the relay, the load generator).
+ctxsw() {
+	cat /proc/"$1"/task/*/status 2> /dev/null |
+		awk '/^voluntary_ctxt_switches:/ { v += $2 } /^nonvoluntary_ctxt_switches:/ { n += $2 } END { print v + 0, n + 0 }'
+}
+# profile_start, profile_stop: with --profile, perf samples every vCPU through the phase;
+# profile_report prints where the time went (after the phase: perf report is slow under TCG).
+perf_pid=
+profile_start() {
+	[ "${RIG_PROFILE:-0}" = 1 ] || return 0
+	command -v perf > /dev/null || { err "--profile: no perf in the image"; return 0; }
+	perf record -a -F 99 -e cpu-clock -o "$work/perf.data" > "$work/perf.out" 2>&1 &
+	perf_pid=$!
+}
+profile_stop() {
+	[ -n "$perf_pid" ] || return 0
+	kill -INT "$perf_pid" 2> /dev/null
+	wait "$perf_pid" 2> /dev/null
+}
+profile_report() {
+	[ -n "$perf_pid" ] || return 0
+	# The rest of the file system beside the unstripped binaries (kernel symbols included).
+	local fs=/opt/pghot-rig/symfs d
+	for d in lib lib64 proc usr/lib usr/sbin; do [ -e "$fs/$d" ] || ln -s "/$d" "$fs/$d"; done
+	cp -rsn /usr/bin/. "$fs/usr/bin/" 2> /dev/null
+	local r=(perf report -i "$work/perf.data" --stdio --symfs="$fs" --percent-limit 0.5)
+	"${r[@]}" --sort comm,dso 2> /dev/null | grep -v '^#' | grep . | head -n 40 | sed 's/^/rig: profile: /'
+	"${r[@]}" --sort comm,sym 2> /dev/null | grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: /'
+}
 promoter_stop() {
 	case $scenario in
 	numab2) sysctl -q kernel.numa_balancing=0 ;;
@@ -275,6 +328,10 @@ promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
 snap 0
 ticks0=$(thread_ticks "$promoter_pid")
+procs0=$(proc_ticks)
+stat0=$(head -n 1 /proc/stat)
+read -r vol0 nonvol0 <<< "$(ctxsw "$app_pid")"
+profile_start
 t0=$(now)
 for n in $(seq 1 "$RIG_ROUNDS"); do
 	read -r ops p50 p99 <<< "$(app_round "$n")"
@@ -288,6 +345,13 @@ for n in $(seq 1 "$RIG_ROUNDS"); do
 	echo "PGHOT-APP-SNAP n=$n samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)"
 done
 t1=$(now)
+profile_stop
+stat1=$(head -n 1 /proc/stat)
+procs1=$(proc_ticks)
+read -r vol1 nonvol1 <<< "$(ctxsw "$app_pid")"
+guest_cpu=$(cpu_split "$stat0" "$stat1")
+busiest=$(busiest "$procs0" "$procs1")
+info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary"
 counts=$(ctl STATS)
 cpu=$(promoter_cpu)
 ticks1=$(thread_ticks "$promoter_pid")
@@ -311,6 +375,7 @@ fi
 truth=$(/opt/pghot-rig/pgibs-guest truth "${snaps[@]}" | sed -n 's/^PGIBS-GROUND //p')
 [ -n "$truth" ] || err "no ground truth (pgibs-guest truth failed)"
 info "ground truth: ${truth:-none}"
+profile_report
 # The program's mappings, to place the truth's untouched_examples.
 sed "s/^/rig: maps: /" "/proc/$app_pid/maps" 2> /dev/null | head -n 80
 relay='null'
@@ -328,7 +393,7 @@ delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 =
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -339,4 +404,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"

@@ -73,6 +73,10 @@ Options:
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
+  --profile             --app: add linux-perf to the image and sample every vCPU (perf record
+                        -a, cpu-clock at 99 Hz) through the measured phase; the console gets
+                        the CPU by process and library and the busiest functions, pghotd's
+                        and the relay's resolved from their unstripped binaries
   --keep-console DIR    save the cleaned console as DIR/service.console
   -v, --verbose         stream the guest's console to stderr
 Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
@@ -103,6 +107,7 @@ hot_keys=2048
 pipeline=16
 pghotd_set=()
 fast_free_mb=
+profile=0
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -128,6 +133,7 @@ while [ $# -gt 0 ]; do
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
+	--profile) profile=1 ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -176,6 +182,7 @@ t_start=$(date +%s)
 pghot_vm_guest
 pghot_vm_topology 3node
 image_pkgs=$app_pkgs
+[ "$profile" -eq 0 ] || image_pkgs="$image_pkgs linux-perf"
 # podman and the pause process its pods need (kube play builds its infra image from catatonit).
 [[ " ${scenarios[*]} " != *" container "* ]] || image_pkgs="$image_pkgs podman catatonit"
 # shellcheck disable=SC2086 # package names, checked above
@@ -244,6 +251,13 @@ if [ -n "$container_ctx" ]; then
 	rm -rf "$container_ctx"
 fi
 [ -z "$guest_bin" ] || install -m 0755 "$guest_bin" "$over/opt/pghot-rig/pgibs-guest"
+if [ "$profile" -eq 1 ]; then
+	# perf report --symfs looks binaries up under this root by their path in the guest; the
+	# .deb's pghotd is stripped, the one it was packed from is not (same build id).
+	mkdir -p "$over/opt/pghot-rig/symfs/usr/bin" "$over/opt/pghot-rig/symfs/opt/pghot-rig"
+	cp "$target_dir/release/pghotd" "$over/opt/pghot-rig/symfs/usr/bin/pghotd"
+	[ -z "$guest_bin" ] || cp "$guest_bin" "$over/opt/pghot-rig/symfs/opt/pghot-rig/pgibs-guest"
+fi
 install -m 0755 "$here/mc-bench.pl" "$over/opt/pghot-rig/mc-bench.pl"
 install -m 0644 "$here/guest-damon.sh" "$over/opt/pghot-rig/guest-damon.sh"
 # The guest's script writes its lines to the serial console, then powers the guest off.
@@ -289,6 +303,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_FAST_NS=$fast_ns"
 	echo "RIG_PERIOD=$period"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
+	echo "RIG_PROFILE=$profile"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
