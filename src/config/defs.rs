@@ -127,8 +127,12 @@ pub static SETTINGS: &[Setting] = &[
         field!(migrator.migrate_interval_ms),
     )
     .flag("migrate-interval-ms", "MS")
-    .help("Migrators wake at least this often [default: {default}]")
-    .doc("migrators wake at least this often")
+    .help(
+        "Fewer than migrate_batch candidates wait at least this long to share one move_pages \
+             call (with migrate_hold_ms, the longer); demotion checks the fast nodes this often \
+             [default: {default}]",
+    )
+    .doc("a trickle of candidates waits at least this long to share one move_pages call (with `migrate_hold_ms`, the longer); demotion looks this often")
     .runtime(),
     Setting::int(
         "migrate_hold_ms",
@@ -138,16 +142,16 @@ pub static SETTINGS: &[Setting] = &[
     )
     .flag("migrate-hold-ms", "MS")
     .help(
-        "Fewer than migrate_batch candidates wait up to this long to share one move_pages \
-             call: each call flushes the process's TLB on every CPU it runs on \
-             [default: {default}]",
+        "Fewer than migrate_batch candidates wait this long from the first (at least \
+             migrate_interval_ms) to share one move_pages call: each call flushes the process's \
+             TLB on every CPU it runs on [default: {default}]",
     )
-    .doc("fewer than migrate_batch candidates wait up to this long to share one move_pages call")
+    .doc("fewer than migrate_batch candidates wait this long from the first (at least `migrate_interval_ms`) to share one move_pages call")
     .runtime(),
     Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
         .flag("migrate-batch", "N")
-        .help("Migrators also wake when this many candidates wait [default: {default}]")
-        .doc("migrators also wake when this many candidates wait")
+        .help("Migrators move candidates at once when this many wait [default: {default}]")
+        .doc("migrators move candidates at once when this many wait")
         .runtime(),
     Setting::int(
         "max_tracked_pages",

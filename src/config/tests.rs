@@ -770,7 +770,7 @@ fn the_man_page_lists_each_key_under_its_table() {
     // By hand, from the README's tables.
     for entry in [
         ".SH KEYS\n.TP\n.B enabled_sources\n",
-        ".B migrate_batch\nmigrators also wake when this many candidates wait\n.br\nDefault: 512.\n\
+        ".B migrate_batch\nmigrators move candidates at once when this many wait\n.br\nDefault: 512.\n\
          .br\nAllowed: 1..=65536.\n.br\nFlag: \\fB\\-\\-migrate\\-batch\\fR.\n.br\n\
          \\fIChanges while running.\\fR\n",
         ".SH [ibs]\n.TP\n.B period\n",

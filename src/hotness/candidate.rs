@@ -25,9 +25,10 @@ pub struct Candidate {
     pub source: SourceKind,
 }
 
-/// Creates a migrator's candidate queue: `capacity` candidates, and a wake-up once `wake_at` of
-/// them wait. Senders do not wake the migrator per candidate (a futex wake costs the sampler
-/// microseconds); the migrator drains the queue when woken or when its interval ends.
+/// Creates a migrator's candidate queue: `capacity` candidates, a wake-up when the first
+/// candidate enters an empty queue (its hold starts then, see `migrator/thread.rs`) and another
+/// once `wake_at` of them wait (they are moved at once). Senders do not wake the migrator per
+/// candidate (a futex wake costs the sampler microseconds): at most twice per drain.
 pub fn candidate_queue(capacity: usize, wake_at: usize) -> (CandidateSender, CandidateReceiver) {
     let (tx, rx) = crossbeam_channel::bounded(capacity);
     // One pending wake-up is enough: the migrator drains everything when it runs.
@@ -38,7 +39,11 @@ pub fn candidate_queue(capacity: usize, wake_at: usize) -> (CandidateSender, Can
             wake: wake_tx,
             wake_at: wake_at.clamp(1, capacity.max(1)),
         },
-        CandidateReceiver { rx, wake: wake_rx },
+        CandidateReceiver {
+            rx,
+            wake: wake_rx,
+            wake_at: wake_at.clamp(1, capacity.max(1)),
+        },
     )
 }
 
@@ -65,7 +70,11 @@ impl CandidateSender {
     pub fn offer(&self, candidate: Candidate) -> Result<(), Refused> {
         match self.tx.try_send(candidate) {
             Ok(()) => {
-                if self.tx.len() >= self.wake_at {
+                // Two senders racing into an empty queue may both see 2 waiting: the migrator
+                // then finds the candidates at its next upkeep wake instead (see
+                // `MigratorConfig::migrate_interval_ms`), later but not lost.
+                let waiting = self.tx.len();
+                if waiting == 1 || waiting >= self.wake_at {
                     // Full means a wake-up is already pending.
                     let _ = self.wake.try_send(());
                 }
@@ -97,6 +106,7 @@ impl CandidateSender {
 pub struct CandidateReceiver {
     rx: Receiver<Candidate>,
     wake: Receiver<()>,
+    wake_at: usize,
 }
 
 impl CandidateReceiver {
@@ -113,6 +123,11 @@ impl CandidateReceiver {
         self.rx.is_empty()
     }
 
+    /// Whether a whole batch waits (the wake-up at `wake_at`, not the first candidate's).
+    pub fn batch_waiting(&self) -> bool {
+        self.rx.len() >= self.wake_at
+    }
+
     /// The wake-up channel, for a migrator that waits on it beside other events (`select!`).
     pub fn wake_channel(&self) -> &Receiver<()> {
         &self.wake
@@ -123,7 +138,7 @@ impl CandidateReceiver {
         self.rx.try_iter().count()
     }
 
-    /// Waits up to `timeout` for the wake-up that says `wake_at` candidates wait.
+    /// Waits up to `timeout` for a wake-up: a first candidate, or `wake_at` waiting.
     pub fn wait_wake(&self, timeout: Duration) -> bool {
         self.wake.recv_timeout(timeout).is_ok()
     }

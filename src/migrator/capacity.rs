@@ -54,10 +54,11 @@ impl HeatCut {
         self.bins[bin_of(heat)] += 1;
     }
 
-    /// Ages the histogram (once per migrate interval): old demand counts half.
-    pub fn decay(&mut self) {
+    /// Ages the histogram by `halvings` half-lives (`HEAT_HALF_LIFE` each): old demand counts
+    /// half per half-life.
+    pub fn decay(&mut self, halvings: u32) {
         for b in &mut self.bins {
-            *b /= 2;
+            *b = b.checked_shr(halvings).unwrap_or(0);
         }
     }
 
@@ -144,8 +145,14 @@ mod tests {
         assert_eq!(h.cut(5), 32.0);
         // Room for nothing: still the hottest bin, so promotion never stalls for good.
         assert_eq!(h.cut(0), 32.0);
-        h.decay();
+        h.decay(1);
         assert_eq!(h.demand(), 50 + 5 + 1);
+        // Two more half-lives: 50 / 4, 5 / 4 and 1 / 4, rounded down.
+        h.decay(2);
+        assert_eq!(h.demand(), 12 + 1);
+        // However long the migrator slept, no shift overflows.
+        h.decay(u32::MAX);
+        assert_eq!(h.demand(), 0);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The once-per-interval work of a migrator: the heat histogram's decay, the audit of pages
-//! believed fast, and demotion of its coldest promoted pages off a fast node running low.
+//! The upkeep of a migrator (once per `migrate_interval_ms`): the audit of pages believed fast,
+//! admission's look at the ranges it split, and demotion of its coldest promoted pages off a
+//! fast node running low; and the heat histogram's decay, by the time that passed.
 
 use super::ratelimit::Clock;
 use super::{Migrator, audit, demote};
@@ -12,10 +13,18 @@ use crate::topology::NodeId;
 const PMD_PAGES: u64 = 512;
 
 impl<M: Mover, C: Clock> Migrator<M, C> {
-    /// Once per migrate interval: ages the heat histogram and, with `demote`, moves the
-    /// coldest pages pghotd promoted off any fast node under its low watermark.
+    /// Ages the heat histogram by `halvings` half-lives (see `HEAT_HALF_LIFE`): the thread
+    /// calls it with the time that passed before each batch and each upkeep, so the cut sees
+    /// the same recent demand however seldom the migrator wakes.
+    pub fn age_heat(&mut self, halvings: u32) {
+        if halvings > 0 {
+            self.heat_cut.decay(halvings);
+        }
+    }
+
+    /// Once per migrate interval: the audit when due and, with `demote`, moves the coldest
+    /// pages pghotd promoted off any fast node under its low watermark.
     pub fn maintain(&mut self) {
-        self.heat_cut.decay();
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
             let started = self.clock.now();

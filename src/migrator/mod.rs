@@ -1,8 +1,9 @@
 //! Migrators: one thread per lower-tier node, like the pghot kernel's kmigrated.
 //!
 //! Each takes the candidates of its node from a bounded queue (full: the candidate is counted
-//! as `pgpromote_queue_full` and stays eligible), wakes every `migrate_interval_ms` or when
-//! `migrate_batch` wait, charges each candidate at the size of the folio move_pages will move
+//! as `pgpromote_queue_full` and stays eligible), moves them once the first has waited
+//! `migrate_hold_ms` (at least `migrate_interval_ms`) or at once when `migrate_batch` wait
+//! (`thread.rs`), charges each candidate at the size of the folio move_pages will move
 //! (`folios.rs`; admission does it when it splits THPs), groups them by (pid, destination,
 //! size), and
 //!

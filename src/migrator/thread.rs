@@ -1,6 +1,12 @@
 //! The `pghot-mig/nodeN` thread: waits on its candidate queue and the daemon's events, and
 //! drains, abandons or reconfigures its [`Migrator`] accordingly. Its heartbeat
 //! ([`crate::heartbeat`]) waits in the `select!` and beats after every batch.
+//!
+//! It wakes for work: the first candidate into its empty queue (the hold starts), the hold's
+//! end, a whole batch waiting, an event; and for upkeep (`Migrator::maintain`): every
+//! `migrate_interval_ms` with demotion on, else once per audit period. Each wake-up costs a
+//! program sharing the CPU (in the Debian rig's TCG guest a few milliseconds of a vCPU), and
+//! an idle migrator that looked every 100 ms woke ten times a second for nothing.
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -93,10 +99,14 @@ fn run<M: Mover, C: Clock>(
     events: &Receiver<MigratorEvent>,
 ) {
     let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
-    let mut next_wake = Instant::now() + interval(&migrator.config);
+    let mut next_upkeep = Instant::now() + upkeep_every(&migrator.config);
     let mut hold = Hold::default();
+    let mut heat = HeatAge::new(Instant::now());
     loop {
-        let timeout = next_wake.saturating_duration_since(Instant::now());
+        let wake_by = hold
+            .deadline(hold_for(&migrator.config))
+            .map_or(next_upkeep, |end| end.min(next_upkeep));
+        let timeout = wake_by.saturating_duration_since(Instant::now());
         // Waiting in the select (however long: an idle migrator sleeps), busy from the wake.
         let wake = {
             let _waiting = crate::heartbeat::waiting();
@@ -106,10 +116,16 @@ fn run<M: Mover, C: Clock>(
                 default(timeout) => Wake::Timer,
             }
         };
+        let now = Instant::now();
         match wake {
-            Wake::Queue => {
-                drain(migrator, queue, &mut batch);
-                hold = Hold::default();
+            // A first candidate starts the hold; its end, or a whole batch, moves them. The
+            // upkeep wake also looks: a first candidate whose wake-up was lost to a race.
+            Wake::Queue | Wake::Timer => {
+                if queue.batch_waiting() || hold.due(queue.len(), hold_for(&migrator.config), now) {
+                    migrator.age_heat(heat.halvings(now));
+                    drain(migrator, queue, &mut batch);
+                    hold = Hold::default();
+                }
             }
             Wake::Event(Some(MigratorEvent::Finish)) => {
                 drain(migrator, queue, &mut batch);
@@ -127,14 +143,58 @@ fn run<M: Mover, C: Clock>(
                 abandon(migrator, queue, &mut batch);
                 return;
             }
-            Wake::Event(Some(MigratorEvent::Reconfigure(config))) => migrator.reconfigure(config),
-            Wake::Timer => {
-                if hold.due(queue.len(), hold_for(&migrator.config), Instant::now()) {
-                    drain(migrator, queue, &mut batch);
-                    hold = Hold::default();
-                }
-                migrator.maintain();
-                next_wake = Instant::now() + interval(&migrator.config);
+            Wake::Event(Some(MigratorEvent::Reconfigure(config))) => {
+                migrator.reconfigure(config);
+                next_upkeep = next_upkeep.min(now + upkeep_every(&migrator.config));
+            }
+        }
+        if now >= next_upkeep {
+            migrator.age_heat(heat.halvings(now));
+            migrator.maintain();
+            next_upkeep = Instant::now() + upkeep_every(&migrator.config);
+        }
+    }
+}
+
+/// How often the upkeep runs: demotion watches the fast nodes every interval; without it the
+/// audit (at most once per `AUDIT_EVERY`) and admission's collapse scan (the same) are all
+/// there is, and the heat histogram ages by the clock.
+fn upkeep_every(config: &MigratorConfig) -> Duration {
+    if config.demote {
+        interval(config)
+    } else {
+        interval(config).max(super::audit::AUDIT_EVERY)
+    }
+}
+
+/// The heat histogram's half-life (`capacity::HeatCut::decay`): the old 100 ms wake-up
+/// interval, at which the capacity-aware cut was made and measured, now a time of its own.
+const HEAT_HALF_LIFE: Duration = Duration::from_millis(100);
+
+/// Turns the time since the histogram was last aged into whole half-lives, keeping the
+/// remainder for the next call.
+#[derive(Debug)]
+struct HeatAge {
+    aged_to: Instant,
+}
+
+impl HeatAge {
+    fn new(now: Instant) -> HeatAge {
+        HeatAge { aged_to: now }
+    }
+
+    fn halvings(&mut self, now: Instant) -> u32 {
+        let passed = now.saturating_duration_since(self.aged_to);
+        let n = passed.as_nanos() / HEAT_HALF_LIFE.as_nanos();
+        match u32::try_from(n) {
+            Ok(n) => {
+                self.aged_to += HEAT_HALF_LIFE * n;
+                n
+            }
+            // Ages beyond counting: everything is gone either way.
+            Err(_) => {
+                self.aged_to = now;
+                u32::MAX
             }
         }
     }
@@ -152,11 +212,17 @@ fn run<M: Mover, C: Clock>(
 /// A flood is not held: `migrate_batch` waiting wakes the migrator at once.
 #[derive(Debug, Default)]
 struct Hold {
-    /// When a timer wake first found candidates waiting since the last drain.
+    /// When a wake-up first found candidates waiting since the last drain (normally the one
+    /// the first candidate into the empty queue sends).
     since: Option<Instant>,
 }
 
 impl Hold {
+    /// When the hold that started ends; `None` when none started.
+    fn deadline(&self, hold: Duration) -> Option<Instant> {
+        self.since.map(|since| since + hold)
+    }
+
     /// Whether the candidates waiting now should be moved: none wait (nothing to do, the
     /// hold restarts), or the first were seen at least `hold` ago.
     fn due(&mut self, waiting: usize, hold: Duration, now: Instant) -> bool {
@@ -169,8 +235,11 @@ impl Hold {
     }
 }
 
+/// How long the first of a trickle waits: `migrate_hold_ms`, and at least one
+/// `migrate_interval_ms`, so a zero hold still gathers an interval's candidates into one call,
+/// as the migrator that woke every interval did (the seed's kmigrated: 100 ms).
 fn hold_for(config: &MigratorConfig) -> Duration {
-    Duration::from_millis(u64::from(config.migrate_hold_ms))
+    Duration::from_millis(u64::from(config.migrate_hold_ms)).max(interval(config))
 }
 
 /// What ended a wait of the migrator thread.
@@ -256,5 +325,52 @@ mod hold_tests {
         assert!(h.due(1, hold, ms(1600)));
         let mut h = Hold::default();
         assert!(h.due(1, Duration::ZERO, ms(0)));
+    }
+
+    /// By hand: a hold that started at t = 0 ends at t = hold; none before it started.
+    #[test]
+    fn a_hold_ends_its_length_after_it_started() {
+        let t0 = Instant::now();
+        let hold = Duration::from_millis(1000);
+        let mut h = Hold::default();
+        assert_eq!(h.deadline(hold), None);
+        assert!(!h.due(3, hold, t0));
+        assert_eq!(h.deadline(hold), Some(t0 + hold));
+    }
+
+    /// By hand, half-life 100 ms: 250 ms are two half-lives, the 50 ms left count towards the
+    /// next (50 + 60 = 110 ms: one more); a clock that went nowhere ages nothing.
+    #[test]
+    fn heat_ages_in_whole_half_lives_and_keeps_the_rest() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut age = HeatAge::new(t0);
+        assert_eq!(age.halvings(ms(250)), 2);
+        assert_eq!(age.halvings(ms(250)), 0);
+        assert_eq!(age.halvings(ms(310)), 1);
+        assert_eq!(age.halvings(ms(399)), 0);
+        assert_eq!(age.halvings(ms(400)), 1);
+    }
+
+    /// By hand: demotion keeps the interval's upkeep; without it, the audit period (1 s) is
+    /// the least wait, and a longer interval stays longer.
+    #[test]
+    fn upkeep_waits_the_audit_period_unless_demotion_watches() {
+        let at = |interval_ms, demote| {
+            upkeep_every(&MigratorConfig {
+                migrate_interval_ms: interval_ms,
+                demote,
+                ..MigratorConfig::default()
+            })
+        };
+        assert_eq!(at(100, true), Duration::from_millis(100));
+        assert_eq!(at(100, false), Duration::from_secs(1));
+        assert_eq!(at(5000, false), Duration::from_secs(5));
+        // The hold is at least the interval: a zero hold still gathers 100 ms.
+        let hold = hold_for(&MigratorConfig {
+            migrate_hold_ms: 0,
+            ..MigratorConfig::default()
+        });
+        assert_eq!(hold, Duration::from_millis(100));
     }
 }

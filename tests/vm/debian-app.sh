@@ -273,7 +273,7 @@ profile_report() {
 	local fs=/opt/pghot-rig/symfs d
 	for d in lib lib64 proc usr/lib usr/sbin; do [ -e "$fs/$d" ] || ln -s "/$d" "$fs/$d"; done
 	cp -rsn /usr/bin/. "$fs/usr/bin/" 2> /dev/null
-	local r=(perf report -i "$work/perf.data" --stdio --symfs="$fs" --percent-limit 0.5)
+	local r=(perf report -i "$work/perf.data" --stdio --symfs="$fs" --kallsyms=/proc/kallsyms --percent-limit 0.5)
 	"${r[@]}" --sort comm,dso 2> /dev/null | grep -v '^#' | grep . | head -n 40 | sed 's/^/rig: profile: /'
 	"${r[@]}" --sort comm,sym 2> /dev/null | grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: /'
 }

@@ -182,7 +182,7 @@ t_start=$(date +%s)
 pghot_vm_guest
 pghot_vm_topology 3node
 image_pkgs=$app_pkgs
-[ "$profile" -eq 0 ] || image_pkgs="$image_pkgs linux-perf"
+[ "$profile" -eq 0 ] || image_pkgs="$image_pkgs linux-perf libc6-dbg"
 # podman and the pause process its pods need (kube play builds its infra image from catatonit).
 [[ " ${scenarios[*]} " != *" container "* ]] || image_pkgs="$image_pkgs podman catatonit"
 # shellcheck disable=SC2086 # package names, checked above

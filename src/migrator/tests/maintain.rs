@@ -1,4 +1,4 @@
-//! The once-per-interval work: the audit and demotion.
+//! The upkeep: the audit and demotion; the heat histogram's ageing.
 
 use super::*;
 
@@ -110,7 +110,8 @@ fn rig_with_promoted(demote: bool, mapped: u64, promoted: u64) -> (Rig, Arc<Fake
 /// held back as cold, held back at the watermark).
 fn shifted_set_with_room_for_four(demote: bool) -> (u64, u64, u64) {
     let (mut rig, free) = rig_with_promoted(demote, 40, 8);
-    // The old demand ages out; plenty free, nothing demoted.
+    // The old demand ages out (three half-lives); plenty free, nothing demoted.
+    rig.migrator.age_heat(3);
     for _ in 0..3 {
         rig.migrator.maintain();
     }
