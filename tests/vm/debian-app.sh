@@ -276,6 +276,11 @@ profile_report() {
 	local r=(perf report -i "$work/perf.data" --stdio --symfs="$fs" --kallsyms=/proc/kallsyms --percent-limit 0.5)
 	"${r[@]}" --sort comm,dso 2> /dev/null | grep -v '^#' | grep . | head -n 40 | sed 's/^/rig: profile: /'
 	"${r[@]}" --sort comm,sym 2> /dev/null | grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: /'
+	# The promoter's threads and the relay on their own: their functions as shares of them.
+	local ours
+	ours=$("${r[@]}" --sort comm 2> /dev/null | awk '$2 ~ /^(pghot|pgibs)/ { print $2 }' | paste -sd, -)
+	[ -z "$ours" ] || "${r[@]}" --comms "$ours" --percentage relative --sort comm,dso,sym 2> /dev/null |
+		grep -v '^#' | grep . | head -n 60 | sed 's/^/rig: profile: ours: /'
 }
 promoter_stop() {
 	case $scenario in

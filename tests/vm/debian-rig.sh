@@ -73,10 +73,10 @@ Options:
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
-  --profile             --app: add linux-perf to the image and sample every vCPU (perf record
-                        -a, cpu-clock at 99 Hz) through the measured phase; the console gets
-                        the CPU by process and library and the busiest functions, pghotd's
-                        and the relay's resolved from their unstripped binaries
+  --profile             --app: add linux-perf and libc6-dbg to the image and sample every
+                        vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
+                        the console gets the CPU by process and library and the busiest
+                        functions, pghotd's and the relay's from their unstripped binaries
   --keep-console DIR    save the cleaned console as DIR/service.console
   -v, --verbose         stream the guest's console to stderr
 Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
