@@ -54,8 +54,8 @@ impl HeatCut {
         self.bins[bin_of(heat)] += 1;
     }
 
-    /// Ages the histogram by `halvings` half-lives (`HEAT_HALF_LIFE` each): old demand counts
-    /// half per half-life.
+    /// Ages the histogram by `halvings` half-lives (100 ms each, `thread.rs` `HEAT_HALF_LIFE`):
+    /// old demand counts half per half-life.
     pub fn decay(&mut self, halvings: u32) {
         for b in &mut self.bins {
             *b = b.checked_shr(halvings).unwrap_or(0);

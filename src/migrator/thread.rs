@@ -206,7 +206,7 @@ impl HeatAge {
 /// `try_to_unmap_flush`), and drains the LRU caches of every CPU (mm/swap.c
 /// `lru_cache_disable`). In the QEMU rig 150 calls moving 8192 cold pages slowed the workload
 /// 8-13 % and 38 calls 0-4 % (BENCHMARKS.md, "Time to 99 % against NUMAB2: the bar met").
-/// A program sampled sparsely offers a page or two per interval;
+/// A program sampled sparsely offers a page or two per 100 ms;
 /// in the Debian guest, Redis at 13 candidates a second served 25 % fewer GETs with a call per
 /// 100 ms interval than with one per second (BENCHMARKS.md, "Redis on the Debian guest").
 /// A flood is not held: `migrate_batch` waiting wakes the migrator at once.
