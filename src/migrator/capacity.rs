@@ -3,10 +3,12 @@
 //!
 //! Without this, a batch that does not fit under the watermark is cut in address order: the
 //! first pages offered win, however lukewarm. [`HeatCut`] keeps a histogram of the heat of
-//! recent candidates (log2 bins, halved every interval, after MEMTIS's hotness histogram,
+//! recent candidates (log2 bins, halved every `HEAT_HALF_LIFE`, after MEMTIS's hotness histogram,
 //! SOSP'23) and, when the room left is smaller than the demand, sets a heat cut so that what is
 //! kept over an interval is about what fits; inside a batch the hottest go first. The
 //! watermark itself is never crossed: the room is what stays above the reserve.
+
+use std::time::Duration;
 
 use crate::topology::{NodeId, Topology, TopologyError};
 
@@ -21,6 +23,11 @@ impl FreeMemory for Topology {
         Topology::free_kb(self, node)
     }
 }
+
+/// The heat histogram's half-life (`HeatCut::decay`): the old 100 ms wake-up interval, at
+/// which the capacity-aware cut was made and measured, now a time of its own. The migrator
+/// thread ages the histogram by the clock; pghot-sim by its simulated one.
+pub const HEAT_HALF_LIFE: Duration = Duration::from_millis(100);
 
 /// Heat bins: bin 0 holds heat below 1 sample, bin b >= 1 holds [2^(b-1), 2^b) samples.
 const BINS: usize = 24;
@@ -54,7 +61,7 @@ impl HeatCut {
         self.bins[bin_of(heat)] += 1;
     }
 
-    /// Ages the histogram by `halvings` half-lives (100 ms each, `thread.rs` `HEAT_HALF_LIFE`):
+    /// Ages the histogram by `halvings` half-lives (`HEAT_HALF_LIFE` each):
     /// old demand counts half per half-life.
     pub fn decay(&mut self, halvings: u32) {
         for b in &mut self.bins {

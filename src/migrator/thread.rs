@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
+use super::capacity::HEAT_HALF_LIFE;
 use super::ratelimit::Clock;
 use super::{Migrator, MigratorConfig, MigratorEvent};
 use crate::hotness::candidate::{Candidate, CandidateReceiver};
@@ -166,10 +167,6 @@ fn upkeep_every(config: &MigratorConfig) -> Duration {
         interval(config).max(super::audit::AUDIT_EVERY)
     }
 }
-
-/// The heat histogram's half-life (`capacity::HeatCut::decay`): the old 100 ms wake-up
-/// interval, at which the capacity-aware cut was made and measured, now a time of its own.
-const HEAT_HALF_LIFE: Duration = Duration::from_millis(100);
 
 /// Turns the time since the histogram was last aged into whole half-lives, keeping the
 /// remainder for the next call.

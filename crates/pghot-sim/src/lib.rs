@@ -39,6 +39,7 @@ use pghot_workload::rng::SplitMix64;
 use pghotd::hotness::HotnessConfig;
 use pghotd::hotness::candidate::CandidateReceiver;
 use pghotd::ingest::Recorder;
+use pghotd::migrator::capacity::HEAT_HALF_LIFE;
 use pghotd::migrator::ratelimit::{Clock, RateLimits};
 use pghotd::migrator::{Migrator, MigratorConfig};
 use pghotd::pipeline::{Pipeline, PipelineConfig};
@@ -311,6 +312,8 @@ struct PghotdEngine {
     carry: f64,
     samples: u64,
     next_migrate_s: f64,
+    /// Simulated time up to which the migrator's heat histogram has been aged.
+    heat_aged_s: f64,
     next_control_s: f64,
     /// Samples, candidates, lower-tier samples and CPU seconds at the last control step.
     last_control: (u64, u64, u64, f64),
@@ -392,6 +395,7 @@ impl PghotdEngine {
             carry: 0.0,
             samples: 0,
             next_migrate_s: MIGRATE_EVERY_S,
+            heat_aged_s: 0.0,
             next_control_s: CONTROL_EVERY_S,
             last_control: (0, 0, 0, 0.0),
         }
@@ -441,6 +445,11 @@ impl PghotdEngine {
             while let Some(c) = self.queue.try_recv() {
                 batch.push(c);
             }
+            // The daemon's thread ages the heat histogram by the time that passed before each
+            // batch (`migrator/thread.rs`); the simulated clock does the same.
+            let halvings = ((t_s + 1e-9 - self.heat_aged_s) / HEAT_HALF_LIFE.as_secs_f64()) as u32;
+            self.heat_aged_s += f64::from(halvings) * HEAT_HALF_LIFE.as_secs_f64();
+            self.migrator.age_heat(halvings);
             self.migrator.process(&mut batch);
             self.migrator.maintain();
         }
