@@ -72,20 +72,16 @@ pub struct ThpMap {
 
 impl ThpMap {
     /// Reads the 512 subpages of the THP at `start` (2 MiB aligned): 512 lookups, one shard
-    /// lock each, on the migrator thread.
+    /// lock per shard they fall in (`HotTable::visit_range`), on the migrator thread.
     pub fn read(table: &HotTable, pid: u32, start: u64) -> ThpMap {
         let mut counts = [0u32; SUBPAGES];
         let (mut samples, mut seen) = (0u64, 0u32);
-        for (i, c) in counts.iter_mut().enumerate() {
-            let Some(key) = PageKey::new(pid, start + i as u64 * PAGE_SIZE) else {
-                continue;
-            };
-            if let Some(e) = table.get(key) {
-                *c = u32::from(e.loads()) + u32::from(e.stores());
-                samples += u64::from(*c);
-                seen += u32::from(*c > 0);
-            }
-        }
+        table.visit_range(pid, start, SUBPAGES as u32, |i, e| {
+            let c = u32::from(e.loads()) + u32::from(e.stores());
+            counts[i as usize] = c;
+            samples += u64::from(c);
+            seen += u32::from(c > 0);
+        });
         ThpMap {
             counts,
             samples,

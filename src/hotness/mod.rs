@@ -223,7 +223,12 @@ impl HotTable {
     #[inline]
     pub fn prefetch(&self, key: PageKey) {
         let hash = mix(key.raw());
-        let (base, slots) = self.slot_arrays[(hash & self.shard_mask) as usize];
+        self.prefetch_home((hash & self.shard_mask) as usize, hash);
+    }
+
+    #[inline]
+    fn prefetch_home(&self, shard: usize, hash: u64) {
+        let (base, slots) = self.slot_arrays[shard];
         let home = ((u128::from(hash) * slots as u128) >> 64) as usize;
         prefetch::prefetch_line(base + home * std::mem::size_of::<Entry>());
     }
@@ -376,6 +381,32 @@ impl HotTable {
         lock.lock().get(key, hash).copied()
     }
 
+    /// Visits the tracked pages among the `pages` 4 KiB pages of `pid` from `start` (a folio,
+    /// for the migrator's THP decisions), each with its index in the range, in address order.
+    /// The same lookups as a `get` per page, but all the home slots are prefetched first, so
+    /// the cache misses overlap instead of coming one after another: a `get` per page was the
+    /// migrator thread's busiest function in the Debian guest (BENCHMARKS.md, "Folio reads").
+    /// `benches/split.rs` chose the shape: the keys and hashes kept from the prefetch pass
+    /// (recomputing them was slower); the lookups not grouped by shard to lock each once
+    /// (sorting cost more than the locks it saved: 512 pages fall in up to 256 shards).
+    pub fn visit_range(&self, pid: u32, start: u64, pages: u32, mut f: impl FnMut(u32, &Entry)) {
+        // 512 entries of 24 bytes for a THP, freed on return.
+        let keys: Vec<(u32, PageKey, u64)> = (0..pages)
+            .filter_map(|i| {
+                let key = PageKey::new(pid, start + u64::from(i) * PAGE_SIZE)?;
+                let hash = mix(key.raw());
+                self.prefetch_home((hash & self.shard_mask) as usize, hash);
+                Some((i, key, hash))
+            })
+            .collect();
+        for (i, key, hash) in keys {
+            let shard = self.shards[(hash & self.shard_mask) as usize].lock();
+            if let Some(e) = shard.get(key, hash) {
+                f(i, e);
+            }
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().len()).sum()
     }
@@ -482,6 +513,30 @@ mod tests {
         assert_eq!(t.get(access(1, 1, 0).key).unwrap().count(), 4);
         // Another pid's same address is another page.
         assert_eq!(t.record(&access(2, 1, 30)), Recorded::Tracked);
+    }
+
+    #[test]
+    fn a_range_visit_sees_each_tracked_page_of_the_range_once() {
+        // 64 Ki slots in 64 shards: a 512-page range spreads over many of them.
+        let t = HotTable::new(1 << 16, policy(2, 5000));
+        let base = 0x7f00_0000_0000u64 >> 12;
+        // By hand: page 0 twice, page 37 once, page 511 three times; pid 2's page 37 and the
+        // pages either side of the range (-1, 512) are not in pid 1's range.
+        for (pid, page, n) in [(1, 0, 2), (1, 37, 1), (1, 511, 3), (2, 37, 5), (1, 512, 4)] {
+            for k in 0..n {
+                t.record(&access(pid, base + page, k));
+            }
+        }
+        t.record(&access(1, base - 1, 0));
+        let mut seen = Vec::new();
+        t.visit_range(1, base << 12, 512, |i, e| seen.push((i, e.count())));
+        seen.sort_unstable();
+        assert_eq!(seen, [(0, 2), (37, 1), (511, 3)]);
+        // A range of one page, and an empty one.
+        let mut one = Vec::new();
+        t.visit_range(2, (base + 37) << 12, 1, |i, e| one.push((i, e.count())));
+        assert_eq!(one, [(0, 5)]);
+        t.visit_range(1, base << 12, 0, |_, _| panic!("no pages"));
     }
 
     #[test]

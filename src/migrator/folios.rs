@@ -32,8 +32,8 @@
 
 use super::Migrator;
 use super::ratelimit::Clock;
+use crate::hotness::HotTable;
 use crate::hotness::candidate::Candidate;
-use crate::hotness::{HotTable, PageKey};
 use crate::movepages::Mover;
 use crate::stats::{Counter, Stats};
 
@@ -79,11 +79,11 @@ pub trait FolioMap: Send {
 /// whose window has lapsed is reset by the page's next sample, so it still counts until then,
 /// as it did for the rule by sampled pages).
 fn folio_samples(table: &HotTable, pid: u32, folio: Folio) -> u64 {
-    (0..u64::from(folio.pages))
-        .filter_map(|i| PageKey::new(pid, folio.start + i * PAGE_BYTES))
-        .filter_map(|key| table.get(key))
-        .map(|e| u64::from(e.count()))
-        .sum()
+    let mut sum = 0;
+    table.visit_range(pid, folio.start, folio.pages, |_, e| {
+        sum += u64::from(e.count());
+    });
+    sum
 }
 
 /// Whether a folio of `pages` whose pages hold `samples` is hot enough to move whole: as many
