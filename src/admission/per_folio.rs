@@ -71,8 +71,8 @@ pub struct ThpMap {
 }
 
 impl ThpMap {
-    /// Reads the 512 subpages of the THP at `start` (2 MiB aligned): 512 lookups, one shard
-    /// lock per shard they fall in (`HotTable::visit_range`), on the migrator thread.
+    /// Reads the 512 subpages of the THP at `start` (2 MiB aligned): 512 lookups, their home
+    /// slots prefetched first (`HotTable::visit_range`), on the migrator thread.
     pub fn read(table: &HotTable, pid: u32, start: u64) -> ThpMap {
         let mut counts = [0u32; SUBPAGES];
         let (mut samples, mut seen) = (0u64, 0u32);

@@ -386,7 +386,9 @@ impl HotTable {
     /// The same lookups as a `get` per page, but all the home slots are prefetched first, so
     /// the cache misses overlap instead of coming one after another: a `get` per page was the
     /// migrator thread's busiest function in the Debian guest (BENCHMARKS.md, "Folio reads").
-    /// `benches/split.rs` chose the shape: the keys and hashes kept from the prefetch pass
+    /// On hardware, that is: QEMU's TCG, where the rig's guest runs, translates a prefetch
+    /// (0F 18) to nothing (target/i386/tcg/translate.c, `gen_nop_modrm`), so there the
+    /// lookups cost what they did. `benches/split.rs` chose the shape: the keys and hashes kept from the prefetch pass
     /// (recomputing them was slower); the lookups not grouped by shard to lock each once
     /// (sorting cost more than the locks it saved: 512 pages fall in up to 256 shards).
     pub fn visit_range(&self, pid: u32, start: u64, pages: u32, mut f: impl FnMut(u32, &Entry)) {
