@@ -388,9 +388,10 @@ impl HotTable {
     /// migrator thread's busiest function in the Debian guest (BENCHMARKS.md, "Folio reads").
     /// On hardware, that is: QEMU's TCG, where the rig's guest runs, translates a prefetch
     /// (0F 18) to nothing (target/i386/tcg/translate.c, `gen_nop_modrm`), so there the
-    /// lookups cost what they did. `benches/split.rs` chose the shape: the keys and hashes kept from the prefetch pass
-    /// (recomputing them was slower); the lookups not grouped by shard to lock each once
-    /// (sorting cost more than the locks it saved: 512 pages fall in up to 256 shards).
+    /// lookups cost what they did. `benches/split.rs` chose the shape: the keys and hashes
+    /// kept from the prefetch pass (recomputing them was slower); the lookups not grouped by
+    /// shard to lock each once (sorting cost more than the locks it saved: 512 pages fall in
+    /// up to 256 shards).
     pub fn visit_range(&self, pid: u32, start: u64, pages: u32, mut f: impl FnMut(u32, &Entry)) {
         // 512 entries of 24 bytes for a THP, freed on return.
         let keys: Vec<(u32, PageKey, u64)> = (0..pages)
