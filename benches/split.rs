@@ -1,6 +1,7 @@
 //! The cost of one THP split decision on the migrator thread (issue 24): reading a THP's own
 //! 512-subpage map from the hotness table (`per_folio::ThpMap::read`: 512 lookups through
-//! `HotTable::visit_range`, which `migrator::folios` also uses), the four stages on it (`split::decide`), and both through
+//! `HotTable::visit_range`, which `migrator::folios` also uses), the four stages on it
+//! (`split::decide`), and both through
 //! `Admission::region_decision` with its cache forgotten (what a region costs once per
 //! `REGION_TTL`); the folded decision (`split::decide` on the process histogram alone) beside.
 //!

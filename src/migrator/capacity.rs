@@ -3,8 +3,8 @@
 //!
 //! Without this, a batch that does not fit under the watermark is cut in address order: the
 //! first pages offered win, however lukewarm. [`HeatCut`] keeps a histogram of the heat of
-//! recent candidates (log2 bins, halved every `HEAT_HALF_LIFE`, after MEMTIS's hotness histogram,
-//! SOSP'23) and, when the room left is smaller than the demand, sets a heat cut so that what is
+//! recent candidates (log2 bins, halved every `HEAT_HALF_LIFE`, after MEMTIS's hotness
+//! histogram, SOSP'23) and, when the room left is smaller than the demand, sets a heat cut so that what is
 //! kept over an interval is about what fits; inside a batch the hottest go first. The
 //! watermark itself is never crossed: the room is what stays above the reserve.
 
@@ -28,6 +28,32 @@ impl FreeMemory for Topology {
 /// which the capacity-aware cut was made and measured, now a time of its own. The migrator
 /// thread ages the histogram by the clock; pghot-sim by its simulated one.
 pub const HEAT_HALF_LIFE: Duration = Duration::from_millis(100);
+
+/// Turns the time since the histogram was last aged into whole half-lives, keeping the
+/// remainder for the next call. Times are since a clock's origin: the migrator thread's start,
+/// or pghot-sim's simulated zero.
+#[derive(Debug, Default)]
+pub struct HeatAge {
+    aged_to: Duration,
+}
+
+impl HeatAge {
+    pub fn halvings(&mut self, now: Duration) -> u32 {
+        let passed = now.saturating_sub(self.aged_to);
+        let n = passed.as_nanos() / HEAT_HALF_LIFE.as_nanos();
+        match u32::try_from(n) {
+            Ok(n) => {
+                self.aged_to += HEAT_HALF_LIFE * n;
+                n
+            }
+            // Ages beyond counting: everything is gone either way.
+            Err(_) => {
+                self.aged_to = now;
+                u32::MAX
+            }
+        }
+    }
+}
 
 /// Heat bins: bin 0 holds heat below 1 sample, bin b >= 1 holds [2^(b-1), 2^b) samples.
 const BINS: usize = 24;
@@ -61,8 +87,8 @@ impl HeatCut {
         self.bins[bin_of(heat)] += 1;
     }
 
-    /// Ages the histogram by `halvings` half-lives (`HEAT_HALF_LIFE` each):
-    /// old demand counts half per half-life.
+    /// Ages the histogram by `halvings` half-lives (`HEAT_HALF_LIFE` each): old demand counts
+    /// half per half-life.
     pub fn decay(&mut self, halvings: u32) {
         for b in &mut self.bins {
             *b = b.checked_shr(halvings).unwrap_or(0);
@@ -112,6 +138,19 @@ pub fn keep_hottest<T: Copy>(items: &mut [(T, f64)], room: usize, cut: f64) -> u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// By hand, half-life 100 ms: 250 ms are two half-lives, the 50 ms left count towards the
+    /// next (50 + 60 = 110 ms: one more); a clock that went nowhere ages nothing.
+    #[test]
+    fn heat_ages_in_whole_half_lives_and_keeps_the_rest() {
+        let ms = Duration::from_millis;
+        let mut age = HeatAge::default();
+        assert_eq!(age.halvings(ms(250)), 2);
+        assert_eq!(age.halvings(ms(250)), 0);
+        assert_eq!(age.halvings(ms(310)), 1);
+        assert_eq!(age.halvings(ms(399)), 0);
+        assert_eq!(age.halvings(ms(400)), 1);
+    }
 
     #[test]
     fn bins_are_log2_of_the_heat() {

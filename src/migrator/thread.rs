@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
-use super::capacity::HEAT_HALF_LIFE;
+use super::capacity::HeatAge;
 use super::ratelimit::Clock;
 use super::{Migrator, MigratorConfig, MigratorEvent};
 use crate::hotness::candidate::{Candidate, CandidateReceiver};
@@ -102,7 +102,9 @@ fn run<M: Mover, C: Clock>(
     let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
     let mut next_upkeep = Instant::now() + upkeep_every(&migrator.config);
     let mut hold = Hold::default();
-    let mut heat = HeatAge::new(Instant::now());
+    // The heat histogram's clock: time since the thread started.
+    let started = Instant::now();
+    let mut heat = HeatAge::default();
     loop {
         let wake_by = hold
             .deadline(hold_for(&migrator.config))
@@ -123,7 +125,7 @@ fn run<M: Mover, C: Clock>(
             // upkeep wake also looks: a first candidate whose wake-up was lost to a race.
             Wake::Queue | Wake::Timer => {
                 if queue.batch_waiting() || hold.due(queue.len(), hold_for(&migrator.config), now) {
-                    migrator.age_heat(heat.halvings(now));
+                    migrator.age_heat(heat.halvings(now.saturating_duration_since(started)));
                     drain(migrator, queue, &mut batch);
                     hold = Hold::default();
                 }
@@ -150,7 +152,7 @@ fn run<M: Mover, C: Clock>(
             }
         }
         if now >= next_upkeep {
-            migrator.age_heat(heat.halvings(now));
+            migrator.age_heat(heat.halvings(now.saturating_duration_since(started)));
             migrator.maintain();
             next_upkeep = Instant::now() + upkeep_every(&migrator.config);
         }
@@ -165,35 +167,6 @@ fn upkeep_every(config: &MigratorConfig) -> Duration {
         interval(config)
     } else {
         interval(config).max(super::audit::AUDIT_EVERY)
-    }
-}
-
-/// Turns the time since the histogram was last aged into whole half-lives, keeping the
-/// remainder for the next call.
-#[derive(Debug)]
-struct HeatAge {
-    aged_to: Instant,
-}
-
-impl HeatAge {
-    fn new(now: Instant) -> HeatAge {
-        HeatAge { aged_to: now }
-    }
-
-    fn halvings(&mut self, now: Instant) -> u32 {
-        let passed = now.saturating_duration_since(self.aged_to);
-        let n = passed.as_nanos() / HEAT_HALF_LIFE.as_nanos();
-        match u32::try_from(n) {
-            Ok(n) => {
-                self.aged_to += HEAT_HALF_LIFE * n;
-                n
-            }
-            // Ages beyond counting: everything is gone either way.
-            Err(_) => {
-                self.aged_to = now;
-                u32::MAX
-            }
-        }
     }
 }
 
@@ -333,20 +306,6 @@ mod hold_tests {
         assert_eq!(h.deadline(hold), None);
         assert!(!h.due(3, hold, t0));
         assert_eq!(h.deadline(hold), Some(t0 + hold));
-    }
-
-    /// By hand, half-life 100 ms: 250 ms are two half-lives, the 50 ms left count towards the
-    /// next (50 + 60 = 110 ms: one more); a clock that went nowhere ages nothing.
-    #[test]
-    fn heat_ages_in_whole_half_lives_and_keeps_the_rest() {
-        let t0 = Instant::now();
-        let ms = |n| t0 + Duration::from_millis(n);
-        let mut age = HeatAge::new(t0);
-        assert_eq!(age.halvings(ms(250)), 2);
-        assert_eq!(age.halvings(ms(250)), 0);
-        assert_eq!(age.halvings(ms(310)), 1);
-        assert_eq!(age.halvings(ms(399)), 0);
-        assert_eq!(age.halvings(ms(400)), 1);
     }
 
     /// By hand: demotion keeps the interval's upkeep; without it, the audit period (1 s) is

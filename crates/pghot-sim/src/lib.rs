@@ -39,7 +39,7 @@ use pghot_workload::rng::SplitMix64;
 use pghotd::hotness::HotnessConfig;
 use pghotd::hotness::candidate::CandidateReceiver;
 use pghotd::ingest::Recorder;
-use pghotd::migrator::capacity::HEAT_HALF_LIFE;
+use pghotd::migrator::capacity::HeatAge;
 use pghotd::migrator::ratelimit::{Clock, RateLimits};
 use pghotd::migrator::{Migrator, MigratorConfig};
 use pghotd::pipeline::{Pipeline, PipelineConfig};
@@ -312,8 +312,8 @@ struct PghotdEngine {
     carry: f64,
     samples: u64,
     next_migrate_s: f64,
-    /// Simulated time up to which the migrator's heat histogram has been aged.
-    heat_aged_s: f64,
+    /// The migrator's heat histogram's age, on the simulated clock.
+    heat: HeatAge,
     next_control_s: f64,
     /// Samples, candidates, lower-tier samples and CPU seconds at the last control step.
     last_control: (u64, u64, u64, f64),
@@ -395,7 +395,7 @@ impl PghotdEngine {
             carry: 0.0,
             samples: 0,
             next_migrate_s: MIGRATE_EVERY_S,
-            heat_aged_s: 0.0,
+            heat: HeatAge::default(),
             next_control_s: CONTROL_EVERY_S,
             last_control: (0, 0, 0, 0.0),
         }
@@ -447,8 +447,7 @@ impl PghotdEngine {
             }
             // The daemon's thread ages the heat histogram by the time that passed before each
             // batch (`migrator/thread.rs`); the simulated clock does the same.
-            let halvings = ((t_s + 1e-9 - self.heat_aged_s) / HEAT_HALF_LIFE.as_secs_f64()) as u32;
-            self.heat_aged_s += f64::from(halvings) * HEAT_HALF_LIFE.as_secs_f64();
+            let halvings = self.heat.halvings(Duration::from_secs_f64(t_s + 1e-9));
             self.migrator.age_heat(halvings);
             self.migrator.process(&mut batch);
             self.migrator.maintain();
