@@ -198,7 +198,10 @@ promoter_start() {
 		# where softdirty and damon report every page they see touched.
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
 		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
-		/opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
+		# The relay stands in for the PMU, which takes none of the program's CPU: SCHED_BATCH,
+		# as the service's threads are (systemd/pghotd.service), so its wake-ups every batch
+		# do not preempt the program either.
+		chrt --batch 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.
@@ -364,7 +367,17 @@ t1=$(now)
 profile_stop
 stat1=$(head -n 1 /proc/stat)
 procs1=$(proc_ticks)
+# policies PID: the scheduling policies of PID's threads, each once (/proc/PID/task/TID/stat
+# field 41; numbers from include/uapi/linux/sched.h: 0 SCHED_NORMAL, 3 SCHED_BATCH, 5 SCHED_IDLE).
+policies() {
+	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
+	for t in /proc/"$1"/task/*; do
+		sed 's/^.*) //' "$t/stat" 2> /dev/null | awk '{ print $39 }'
+	done | sort -u | awk '{ n = $1 == 0 ? "normal" : $1 == 3 ? "batch" : $1 == 5 ? "idle" : "policy" $1
+		printf "%s%s", (NR > 1 ? "," : ""), n }'
+}
 read -r vol1 nonvol1 <<< "$(ctxsw "$app_pid")"
+info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")
 busiest=$(busiest "$procs0" "$procs1")
 info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary"
