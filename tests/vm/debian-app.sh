@@ -18,18 +18,18 @@ export LC_ALL=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sb
 . /etc/pghot-rig.conf
 # shellcheck source=tests/vm/guest-damon.sh
 . /opt/pghot-rig/guest-damon.sh
+# shellcheck source=tests/vm/guest-lib.sh
+. /opt/pghot-rig/guest-lib.sh
 scenario=$1
 work=/run/pghot-rig
 mkdir -p "$work"
 # Errors go to a file as well as the console: err also runs inside $(...) (a round), where
 # neither a counter nor stdout would reach the result.
 : > "$work/errors"
-info() { echo "rig: $*"; }
 err() {
 	echo "PGHOT-RIG-ERROR $*" >&2
 	echo "$*" >> "$work/errors"
 }
-now() { cut -d' ' -f1 /proc/uptime; }
 vm() { awk -v n="$1" '$1 == n { print $2 }' /proc/vmstat; }
 # cpu_s PID: utime + stime of PID in seconds (USER_HZ 100), or empty.
 cpu_s() { [ -r "/proc/$1/stat" ] && awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"; }
@@ -367,15 +367,6 @@ t1=$(now)
 profile_stop
 stat1=$(head -n 1 /proc/stat)
 procs1=$(proc_ticks)
-# policies PID: the scheduling policies of PID's threads, each once (/proc/PID/task/TID/stat
-# field 41; numbers from include/uapi/linux/sched.h: 0 SCHED_NORMAL, 3 SCHED_BATCH, 5 SCHED_IDLE).
-policies() {
-	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
-	for t in /proc/"$1"/task/*; do
-		sed 's/^.*) //' "$t/stat" 2> /dev/null | awk '{ print $39 }'
-	done | sort -u | awk '{ n = $1 == 0 ? "normal" : $1 == 3 ? "batch" : $1 == 5 ? "idle" : "policy" $1
-		printf "%s%s", (NR > 1 ? "," : ""), n }'
-}
 read -r vol1 nonvol1 <<< "$(ctxsw "$app_pid")"
 info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")

@@ -402,7 +402,7 @@ for s in "${scenarios[@]}"; do
 	complete=false
 	grep -aq '^SERVICE-END' "$console" && complete=true
 	n=$(jq 'length' <<< "$json")
-	min_checks=14
+	min_checks=15
 	[ "$s" != container ] || min_checks=4
 	all=$(jq --argjson c "$complete" --argjson m "$min_checks" '$c and length >= $m and all(.[]; .)' <<< "$json")
 	echo "${s^^} $(jq -cn --argjson c "$json" --argjson f "$figs" --argjson complete "$complete" --argjson wall "$wall" \

@@ -100,6 +100,12 @@ ok=1
 	[ "$status_first" = ok ] && [ "$activation_ms" -gt 0 ] && ok=0
 check ready_after_notify "$ok" "start_rc=$rc active=$active type=$type socket_at_once=$status_first exec_to_active_ms=$activation_ms status=\"$status_text\""
 figure exec_to_active_ms "$activation_ms"
+# The unit's CPUSchedulingPolicy=batch reaches every thread: their wake-ups do not preempt the
+# programs they manage (systemd/pghotd.service).
+pol=$(policies "$(systemctl show -P MainPID pghotd)")
+ok=1
+[ "$pol" = batch ] && ok=0
+check sched_batch "$ok" "policies of pghotd's threads: ${pol:-none} ($(ls /proc/"$(systemctl show -P MainPID pghotd)"/task 2> /dev/null | wc -l) threads)"
 figure start_s "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')"
 
 workload softdirty "${wl_common[@]}" --pattern hot-scattered

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Helpers shared by the Debian guest's check scripts (debian-service.sh, debian-container.sh),
-# installed next to them as /opt/pghot-rig/guest-lib.sh.
+# Helpers shared by the Debian guest's scripts (debian-service.sh, debian-container.sh,
+# debian-app.sh), installed next to them as /opt/pghot-rig/guest-lib.sh.
 
 info() { echo "rig: $*"; }
 figure() { echo "SERVICE-FIGURE $1 $2"; }
@@ -30,4 +30,13 @@ check() {
 		echo "SERVICE-CHECK $name false $*"
 		explain_failure
 	fi
+}
+# policies PID: the scheduling policies of PID's threads, each once (/proc/PID/task/TID/stat
+# field 41; numbers from include/uapi/linux/sched.h: 0 SCHED_NORMAL, 3 SCHED_BATCH, 5 SCHED_IDLE).
+policies() {
+	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
+	for t in /proc/"$1"/task/*; do
+		sed 's/^.*) //' "$t/stat" 2> /dev/null | awk '{ print $39 }'
+	done | sort -u | awk '{ n = $1 == 0 ? "normal" : $1 == 3 ? "batch" : $1 == 5 ? "idle" : "policy" $1
+		printf "%s%s", (NR > 1 ? "," : ""), n }'
 }
