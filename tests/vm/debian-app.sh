@@ -198,10 +198,12 @@ promoter_start() {
 		# where softdirty and damon report every page they see touched.
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
 		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
-		# The relay stands in for the PMU, which takes none of the program's CPU: SCHED_BATCH,
-		# as the service's threads are (systemd/pghotd.service), so its wake-ups every batch
-		# do not preempt the program either.
-		chrt --batch 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
+		# The relay stands in for the PMU, which takes none of the program's CPU: SCHED_IDLE
+		# (sched(7)), so it runs when a vCPU has nothing else to run and gives way at once to
+		# the program, its load generator and pghotd (kernel/sched/fair.c
+		# check_preempt_wakeup_fair: an idle entity is preempted by a non-idle one). The rig's
+		# processes share one cgroup level (no cpu controller), where that holds.
+		chrt --idle 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.
@@ -332,6 +334,9 @@ setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice migratepages "$app_pid" 0,
 	err "migratepages $app_pid 0,1 2 failed"
 read -r fast0 slow0 <<< "$(node_mb "$app_pid")"
 info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
+# Whether the cpu controller splits the CPU between cgroups (then a SCHED_IDLE task, the relay,
+# is idle only against its own cgroup's tasks): the controllers enabled below the root.
+info "cgroup controllers below the root: $(cat /sys/fs/cgroup/cgroup.subtree_control 2> /dev/null); $RIG_APP in $(cut -d: -f3 "/proc/$app_pid/cgroup" 2> /dev/null), the rig in $(cut -d: -f3 /proc/self/cgroup)"
 info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep -E '^(AnonHugePages|THPeligible)' "/proc/$app_pid/smaps_rollup" 2> /dev/null | tr -s ' ' | paste -sd' ') $(grep -c 'THPeligible: *1' "/proc/$app_pid/smaps" 2> /dev/null) THP-eligible mappings"
 # The plugin booted disarmed: from here on every access is counted and the slow node is slow,
 # the same for every promoter (the load and the move to node 2 ran at the emulator's speed).
