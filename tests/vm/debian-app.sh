@@ -198,12 +198,12 @@ promoter_start() {
 		# where softdirty and damon report every page they see touched.
 		rm -f "$fifo" && mkfifo -m 0600 "$fifo" || err "mkfifo $fifo failed"
 		pghotd_start "\"trace:$fifo\"" "freq_threshold = 1"
-		# The relay stands in for the PMU, which takes none of the program's CPU: SCHED_IDLE
-		# (sched(7)), so it runs when a vCPU has nothing else to run and gives way at once to
-		# the program, its load generator and pghotd (kernel/sched/fair.c
-		# check_preempt_wakeup_fair: an idle entity is preempted by a non-idle one). The rig's
-		# processes share one cgroup level (no cpu controller), where that holds.
-		chrt --idle 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
+		# The relay stands in for the PMU, which takes none of the program's CPU: SCHED_BATCH,
+		# as the service's threads are (systemd/pghotd.service), so its wake-ups every batch
+		# do not preempt the program. (SCHED_IDLE, tried in r17b, BENCHMARKS.md "pghotd and
+		# the relay at SCHED_BATCH", spread each batch over more, shorter slices between the
+		# program's.)
+		chrt --batch 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.
