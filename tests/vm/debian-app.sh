@@ -334,8 +334,9 @@ setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice migratepages "$app_pid" 0,
 	err "migratepages $app_pid 0,1 2 failed"
 read -r fast0 slow0 <<< "$(node_mb "$app_pid")"
 info "$RIG_APP pid $app_pid on the slow node: fast/slow MB $fast0 $slow0"
-# Whether the cpu controller splits the CPU between cgroups (then a SCHED_IDLE task, the relay,
-# is idle only against its own cgroup's tasks): the controllers enabled below the root.
+# Whether the cpu controller splits the CPU between cgroups (then the program, pghotd and the
+# relay, each in its own service's cgroup, meet as groups, not as tasks with their policies):
+# the controllers enabled below the root.
 info "cgroup controllers below the root: $(cat /sys/fs/cgroup/cgroup.subtree_control 2> /dev/null); $RIG_APP in $(cut -d: -f3 "/proc/$app_pid/cgroup" 2> /dev/null), the rig in $(cut -d: -f3 /proc/self/cgroup)"
 info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep -E '^(AnonHugePages|THPeligible)' "/proc/$app_pid/smaps_rollup" 2> /dev/null | tr -s ' ' | paste -sd' ') $(grep -c 'THPeligible: *1' "/proc/$app_pid/smaps" 2> /dev/null) THP-eligible mappings"
 # The plugin booted disarmed: from here on every access is counted and the slow node is slow,
