@@ -7,6 +7,7 @@
 #   mc-bench.pl load KEYS VALUE_BYTES          set key:0 .. key:KEYS-1 in random order
 #   mc-bench.pl get HOT_KEYS REQUESTS BATCH    multi-gets of BATCH random keys < HOT_KEYS;
 #                                              prints "keys_per_s p50_ms p99_ms" (per request)
+#   mc-bench.pl stats                          the server's counters, "name=value" a line
 use strict;
 use warnings;
 use IO::Socket::INET;
@@ -61,6 +62,14 @@ if ($cmd eq 'load') {
 	my @sorted = sort { $a <=> $b } @lat;
 	printf "%.1f %.3f %.3f\n", $requests * $batch / $wall, 1000 * $sorted[int(@sorted * 0.5)],
 		1000 * $sorted[int(@sorted * 0.99)];
+} elsif ($cmd eq 'stats') {
+	# The server's own counters ("stats", doc/protocol.txt: "STAT <name> <value>" lines, then
+	# "END"), one "name=value" per line, for the rig to tell what the server did in a phase.
+	print $s "stats\r\n" or die "write: $!\n";
+	while (my $line = <$s>) {
+		last if $line eq "END\r\n";
+		print "$1=$2\n" if $line =~ /^STAT (\S+) (\S+)\r\n$/;
+	}
 } else {
-	die "usage: mc-bench.pl load KEYS VALUE_BYTES | get HOT_KEYS REQUESTS BATCH\n";
+	die "usage: mc-bench.pl load KEYS VALUE_BYTES | get HOT_KEYS REQUESTS BATCH | stats\n";
 }
