@@ -31,6 +31,15 @@ err() {
 	echo "$*" >> "$work/errors"
 }
 vm() { awk -v n="$1" '$1 == n { print $2 }' /proc/vmstat; }
+# mc_stats: memcached's own counters, "name=value" a line (its LRU maintainer and crawler work
+# on their own schedule: they tell a phase where the server did other work than the GETs).
+mc_stats() { [ "$RIG_APP" != memcached ] || /opt/pghot-rig/mc-bench.pl stats 2> /dev/null; }
+# mc_changed BEFORE AFTER: the crawler's, LRU's and eviction counters that moved, "name=+delta".
+mc_changed() {
+	awk -F= 'NR == FNR { b[$1] = $2; next }
+		$1 ~ /crawler|lru|juggle|evict|reclaim|expired|moves_to|slab_reassign/ && $2 ~ /^[0-9]+$/ && $2 != b[$1] {
+			printf "%s%s=+%d", (n++ ? " " : ""), $1, $2 - b[$1] }' <(printf '%s\n' "$1") <(printf '%s\n' "$2")
+}
 # cpu_s PID: utime + stime of PID in seconds (USER_HZ 100), or empty.
 cpu_s() { [ -r "/proc/$1/stat" ] && awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"; }
 # node_mb PID: "fast_mb slow_mb" of PID's resident memory (numa_maps N<node>= pages).
@@ -353,12 +362,10 @@ promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
 snap 0
 ticks0=$(thread_ticks "$promoter_pid")
+# Before the phase's CPU accounting starts: perl's start-up is not the phase's.
+mc0=$(mc_stats)
 procs0=$(proc_ticks)
 stat0=$(head -n 1 /proc/stat)
-# memcached's own counters (its LRU maintainer and crawler work on their own schedule), to tell
-# a phase where the server did other work than the GETs.
-mc_stats() { [ "$RIG_APP" != memcached ] || /opt/pghot-rig/mc-bench.pl stats 2> /dev/null; }
-mc0=$(mc_stats)
 read -r vol0 nonvol0 <<< "$(ctxsw "$app_pid")"
 profile_start
 t0=$(now)
@@ -378,12 +385,6 @@ profile_stop
 stat1=$(head -n 1 /proc/stat)
 procs1=$(proc_ticks)
 read -r vol1 nonvol1 <<< "$(ctxsw "$app_pid")"
-# mc_changed BEFORE AFTER: the crawler's, LRU's and eviction counters that moved, "name=+delta".
-mc_changed() {
-	awk -F= 'NR == FNR { b[$1] = $2; next }
-		$1 ~ /crawler|lru|juggle|evict|reclaim|expired|moves_to|slab_reassign/ && $2 ~ /^[0-9]+$/ && $2 != b[$1] {
-			printf "%s%s=+%d", (n++ ? " " : ""), $1, $2 - b[$1] }' <(printf '%s\n' "$1") <(printf '%s\n' "$2")
-}
 [ "$RIG_APP" != memcached ] || info "memcached's counters in the phase: $(mc_changed "$mc0" "$(mc_stats)")"
 info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")
