@@ -77,7 +77,12 @@ Options:
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
                         functions, pghotd's and the relay's from their unstripped binaries
-  --keep-console DIR    save the cleaned console as DIR/service.console
+  --repeat N            run the scenarios N times (default 1), each pass in a new order (the
+                        list rotated by one a pass), so that a phase on a slowed host is one
+                        of N; --app adds a summary: each promoter's median ops/s, its ratio
+                        to the same pass's baseline, and the passes it beat each rival in
+  --keep-console DIR    save the cleaned console as DIR/SCENARIO.console (DIR/SCENARIO.pN.console
+                        with --repeat)
   -v, --verbose         stream the guest's console to stderr
 Environment: CARGO_TARGET_DIR, PGHOT_VM_CACHE (image cache, default /var/cache/pghot-vm),
 PGHOT_VM_TIMEOUT (seconds for the guest, default 900).
@@ -108,6 +113,7 @@ pipeline=16
 pghotd_set=()
 fast_free_mb=
 profile=0
+repeat=1
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -134,6 +140,7 @@ while [ $# -gt 0 ]; do
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	--profile) profile=1 ;;
+	--repeat) need_arg "$@"; repeat=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -144,6 +151,8 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ ${#scenarios[@]} -gt 0 ] || usage
+# Each scenario once a pass, in the order given (--repeat runs them again).
+mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
 for s in "${scenarios[@]}"; do
 	[ "$s" != exec ] || [ -r "$exec_file" ] || { log "the exec scenario needs --exec FILE"; usage; }
 	case $s in
@@ -172,6 +181,7 @@ for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
 [ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
+[[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] && [ "$repeat" -le 20 ] || { log "--repeat must be a whole number from 1 to 20"; usage; }
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
 command -v jq >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends jq >&2 || die "jq is needed"
@@ -343,52 +353,64 @@ host_shares() {
 		if (t <= 0) t = 1
 		printf "{\"host_busy_pct\":%.1f,\"host_steal_pct\":%.1f}", 100 * b / t, 100 * s / t }'
 }
+# Each pass runs every scenario once, the list rotated by one a pass: over N passes each
+# scenario runs early and late alike, so a host that slows down or speeds up through the run
+# does not favour one of them. A run's name: the scenario, with its pass under --repeat.
+runs=()
+for ((pass = 1; pass <= repeat; pass++)); do
+	for ((i = 0; i < ${#scenarios[@]}; i++)); do
+		runs+=("${scenarios[(i + pass - 1) % ${#scenarios[@]}]} $pass")
+	done
+done
 status=0
 results=()
-for s in "${scenarios[@]}"; do
+for run in "${runs[@]}"; do
+	read -r s pass <<< "$run"
+	name=$s
+	[ "$repeat" = 1 ] || name=$s.p$pass
 	append="console=ttyS0 rdinit=/lib/systemd/systemd panic=-1 quiet systemd.show_status=0 pghot.scenario=$s"
 	[ "$s" = numab2 ] || append="$append numa_balancing=disable"
 	# Every program scenario runs on the same machine: the plugin (its cost and the slow node's
 	# delay) is loaded whoever promotes.
 	PGHOT_VM_EXTRA=()
 	if [ -n "$plugin_so" ]; then
-		mkdir -p "$work/sock-$s"
+		mkdir -p "$work/sock-$name"
 		# Disarmed until the guest is up (app.sh sends ARM, then SLOW_NS): with every access
 		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
 		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$s" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb"
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb"
 	fi
-	log "$s: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s)"
-	console=$work/$s.console
+	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"
+	console=$work/$name.console
 	for attempt in 1 2; do
 		t0=$(date +%s)
 		ticks0=$(host_ticks)
 		rc=0
-		pghot_vm_boot "$work/initrd" "$append" "$work/$s.raw" "$timeout_s" "$verbose" || rc=$?
+		pghot_vm_boot "$work/initrd" "$append" "$work/$name.raw" "$timeout_s" "$verbose" || rc=$?
 		wall=$(($(date +%s) - t0))
 		host=$(host_shares "$ticks0" "$(host_ticks)")
-		pghot_vm_clean_console "$work/$s.raw" "$console"
+		pghot_vm_clean_console "$work/$name.raw" "$console"
 		grep -aq '^PGHOT-RIG-BEGIN' "$console" && break
 		# The TCG code-patching flake (README: Things to know) or any boot that never reached
 		# the checks: once more.
-		log "$s: the guest never reached the checks (qemu exit $rc, ${wall} s); console tail:"
+		log "$name: the guest never reached the checks (qemu exit $rc, ${wall} s); console tail:"
 		tail -n 20 "$console" | sed 's/^/    /' >&2
 	done
-	[ -z "$keep_dir" ] || cp "$console" "$keep_dir/$s.console"
-	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$s: /" >&2 || true
+	[ -z "$keep_dir" ] || cp "$console" "$keep_dir/$name.console"
+	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$name: /" >&2 || true
 	[ "$s" != exec ] || continue
 	case $s in
 	service | container) ;;
 	*)
 		result=$(grep -a '^RESULT {' "$console" | tail -n 1 | cut -d' ' -f2-)
 		if [ -z "$result" ] || ! jq -e . <<< "$result" > /dev/null 2>&1; then
-			log "$s: FAILED: no RESULT line (qemu exit $rc, ${wall} s); console tail:"
+			log "$name: FAILED: no RESULT line (qemu exit $rc, ${wall} s); console tail:"
 			tail -n 30 "$console" | sed 's/^/    /' >&2
 			status=1
 			continue
 		fi
-		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $s: /" >&2
-		result=$(jq -c --argjson wall "$wall" --argjson host "$host" '. + {wall_s: $wall} + $host' <<< "$result")
+		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $name: /" >&2
+		result=$(jq -c --argjson wall "$wall" --argjson host "$host" --argjson pass "$pass" '. + {pass: $pass, wall_s: $wall} + $host' <<< "$result")
 		results+=("$result")
 		echo "RESULT $result"
 		[ "$(jq -r '.errors' <<< "$result")" = 0 ] || status=1
@@ -425,6 +447,22 @@ if [ ${#results[@]} -gt 0 ]; then
 			(.hot_fast_pct | f(10)), (.over_promotion_pct | f(10)), (.mb_promoted | f(10)),
 			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.app_modelled_mem_us_per_op | f(100)), (.modelled_mem_us_per_op | f(10)),
 			"\(.app_fast_mb_after)/\(.app_slow_mb_after)"] | @tsv)' | column -t -s $'\t' >&2
+fi
+# With --repeat, one SUMMARY {json} per scenario: its median over the passes, its ratio to the
+# same pass's baseline, and in how many passes it served more than each other scenario of that
+# pass (the issue's question: "does it make my program faster than NUMA balancing does").
+if [ "$repeat" -gt 1 ] && [ ${#results[@]} -gt 0 ]; then
+	summaries=$(printf '%s\n' "${results[@]}" | jq -cs --args -f "$here/passes.jq" "${scenarios[@]}")
+	while IFS= read -r line; do echo "SUMMARY $line"; done <<< "$summaries"
+	log "over $repeat passes (ops/s by pass against the same pass's baseline; ahead: passes with more ops/s):"
+	{
+		jq -rs '
+			def f: if . == null then "-" else tostring end;
+			(["scenario", "ops/s median", "min-max", "x baseline median", "x baseline by pass", "app mem us/op median", "hot fast % median", "passes ahead of"] | @tsv),
+			(.[] | [.scenario, (.ops_per_s_median | f), "\(.ops_per_s_min)-\(.ops_per_s_max)", (.x_baseline_median | f),
+				(.x_baseline | map(f) | join(" ")), (.app_modelled_mem_us_per_op_median | f), (.hot_fast_pct_median | f),
+				(.ahead_of | to_entries | map("\(.key) \(.value.ahead)/\(.value.passes)") | join(", "))] | @tsv)' <<< "$summaries"
+	} | column -t -s $'\t' >&2
 fi
 log "done in $(($(date +%s) - t_start)) s (build $((t_built - t_start)) s)"
 exit "$status"

@@ -1,0 +1,41 @@
+# The rig's --repeat summary (debian-rig.sh): read every RESULT of a run (jq -s), one SUMMARY
+# object out per scenario named in $ARGS.positional, in that order:
+#   passes                the passes it ran in
+#   ops_per_s_median      its median ops/s over them (the mean of the middle two for an even count),
+#   ops_per_s_min, _max   and the spread
+#   x_baseline            per pass, its ops/s over the same pass's baseline (null without one)
+#   x_baseline_median     the median of those
+#   ahead_of              per other scenario: in how many of the passes both ran it served more
+#   *_median              the median of app_modelled_mem_us_per_op, hot_fast_pct,
+#                         over_promotion_pct and promoter_cpu_s (nulls left out)
+def median: sort | length as $n
+	| if $n == 0 then null
+	elif $n % 2 == 1 then .[($n - 1) / 2]
+	else (.[$n / 2 - 1] + .[$n / 2]) / 2 end;
+def r2: if . == null then null else (. * 100 | round / 100) end;
+def median_of(f): [.[] | f | select(. != null)] | median | r2;
+
+. as $all
+| ($all | map(select(.scenario == "baseline") | {key: "\(.pass)", value: .ops_per_s}) | from_entries) as $base
+| $ARGS.positional[] as $s
+| [$all[] | select(.scenario == $s)] as $mine
+| select($mine | length > 0)
+| {
+	scenario: $s,
+	app: $mine[0].app,
+	passes: ($mine | length),
+	ops_per_s_median: ($mine | median_of(.ops_per_s)),
+	ops_per_s_min: ([$mine[].ops_per_s] | min),
+	ops_per_s_max: ([$mine[].ops_per_s] | max),
+	x_baseline: [$mine[] | $base["\(.pass)"] as $b
+		| if $b == null or $b == 0 then null else (.ops_per_s / $b | r2) end],
+	app_modelled_mem_us_per_op_median: ($mine | median_of(.app_modelled_mem_us_per_op)),
+	hot_fast_pct_median: ($mine | median_of(.hot_fast_pct)),
+	over_promotion_pct_median: ($mine | median_of(.over_promotion_pct)),
+	promoter_cpu_s_median: ($mine | median_of(.promoter_cpu_s)),
+	ahead_of: ([$ARGS.positional[] | select(. != $s)] | map(. as $o
+		| [$mine[] | . as $m | $all[] | select(.scenario == $o and .pass == $m.pass)
+			| $m.ops_per_s > .ops_per_s]
+		| {key: $o, value: {passes: length, ahead: map(select(.)) | length}}) | from_entries)
+}
+| .x_baseline_median = (.x_baseline | median_of(.))
