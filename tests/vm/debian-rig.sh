@@ -77,6 +77,10 @@ Options:
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
                         functions, pghotd's and the relay's from their unstripped binaries
+  --vcpus N             the guest's CPUs, 2 to 8 (default 2), alternating between the DRAM
+                        nodes 0 and 1: with more than 2 the promoter and the relay need not
+                        take a vCPU from the program or its client, as on a server with cores
+                        to spare (the host's own cores are shared by all of them all the same)
   --repeat N            run the scenarios N times (default 1), each pass in a new order (the
                         list rotated by one a pass), so that a phase on a slowed host is one
                         of N; --app adds a summary: each promoter's median ops/s, its ratio
@@ -114,6 +118,7 @@ pghotd_set=()
 fast_free_mb=
 profile=0
 repeat=1
+vcpus=2
 verbose=0
 scenarios=()
 need_arg() { [ $# -ge 2 ] || { log "$1 needs a value"; usage; }; }
@@ -141,6 +146,7 @@ while [ $# -gt 0 ]; do
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	--profile) profile=1 ;;
 	--repeat) need_arg "$@"; repeat=$2; shift ;;
+	--vcpus) need_arg "$@"; vcpus=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
 	-h | --help) usage ;;
 	service | container | exec | baseline | numab2 | damon | pghotd-ibs-emu | pghotd-softdirty | pghotd-damon) scenarios+=("$1") ;;
@@ -181,6 +187,7 @@ for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
 [ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
+[[ $vcpus =~ ^[2-8]$ ]] || { log "--vcpus must be a whole number from 2 to 8"; usage; }
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] && [ "$repeat" -le 20 ] || { log "--repeat must be a whole number from 1 to 20"; usage; }
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
@@ -190,7 +197,7 @@ timeout_s=${PGHOT_VM_TIMEOUT:-900}
 # --- the guest: kernel, image, .deb, workload ---------------------------------------------
 t_start=$(date +%s)
 pghot_vm_guest
-pghot_vm_topology 3node
+pghot_vm_topology 3node "$vcpus"
 image_pkgs=$app_pkgs
 [ "$profile" -eq 0 ] || image_pkgs="$image_pkgs linux-perf libc6-dbg"
 # podman and the pause process its pods need (kube play builds its infra image from catatonit).
@@ -410,7 +417,7 @@ for run in "${runs[@]}"; do
 			continue
 		fi
 		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $name: /" >&2
-		result=$(jq -c --argjson wall "$wall" --argjson host "$host" --argjson pass "$pass" '. + {pass: $pass, wall_s: $wall} + $host' <<< "$result")
+		result=$(jq -c --argjson wall "$wall" --argjson host "$host" --argjson pass "$pass" --argjson vcpus "$vcpus" '. + {pass: $pass, vcpus: $vcpus, wall_s: $wall} + $host' <<< "$result")
 		results+=("$result")
 		echo "RESULT $result"
 		[ "$(jq -r '.errors' <<< "$result")" = 0 ] || status=1

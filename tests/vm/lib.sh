@@ -27,8 +27,9 @@ die() {
 	exit 1
 }
 
-# pghot_vm_topology 3node|4node: fill PGHOT_VM_TOPO with the QEMU arguments of the topology.
-# 1 GiB per node, -smp 2, node N's CPU is cpu N, HMAT on:
+# pghot_vm_topology 3node|4node [VCPUS]: fill PGHOT_VM_TOPO with the QEMU arguments of the
+# topology. 1 GiB per node, -smp VCPUS (default 2; cpu I on node I % 2, so node N's first CPU is
+# cpu N), HMAT on:
 #   3node  two DRAM nodes (0, 1) and one CPU-less node 2 behind node 0
 #          distances 0-1=12 0-2=50 1-2=50
 #   4node  two DRAM nodes (0, 1) and two CPU-less nodes, 2 near 0 and 3 near 1
@@ -38,12 +39,17 @@ die() {
 # memory tier (memory_tier67) than nodes 0-1 (memory_tier4). Returns 1 for an unknown name.
 pghot_vm_topology() {
 	PGHOT_VM_TOPO=()
+	local vcpus=${2:-2} cpus0= cpus1= i
+	[[ $vcpus =~ ^[2-8]$ ]] || return 1
+	for ((i = 0; i < vcpus; i++)); do
+		if ((i % 2 == 0)); then cpus0+=" $i"; else cpus1+=" $i"; fi
+	done
 	case $1 in
 	3node)
 		PGHOT_VM_MEMDEV_MB=1024:1024:1024
-		PGHOT_VM_TOPO+=(-m 3G -smp 2 -machine hmat=on)
-		_pghot_vm_mem_node 0 0 0
-		_pghot_vm_mem_node 1 1 1
+		PGHOT_VM_TOPO+=(-m 3G -smp "$vcpus" -machine hmat=on)
+		_pghot_vm_mem_node 0 "$cpus0" 0
+		_pghot_vm_mem_node 1 "$cpus1" 1
 		_pghot_vm_mem_node 2 "" 0
 		PGHOT_VM_TOPO+=(-numa "dist,src=0,dst=1,val=12" -numa "dist,src=0,dst=2,val=50" -numa "dist,src=1,dst=2,val=50")
 		_pghot_vm_hmat_lb 0 0 100 100G
@@ -54,9 +60,9 @@ pghot_vm_topology() {
 		;;
 	4node)
 		PGHOT_VM_MEMDEV_MB=1024:1024:1024:1024
-		PGHOT_VM_TOPO+=(-m 4G -smp 2 -machine hmat=on)
-		_pghot_vm_mem_node 0 0 0
-		_pghot_vm_mem_node 1 1 1
+		PGHOT_VM_TOPO+=(-m 4G -smp "$vcpus" -machine hmat=on)
+		_pghot_vm_mem_node 0 "$cpus0" 0
+		_pghot_vm_mem_node 1 "$cpus1" 1
 		_pghot_vm_mem_node 2 "" 0
 		_pghot_vm_mem_node 3 "" 1
 		PGHOT_VM_TOPO+=(-numa "dist,src=0,dst=1,val=12" -numa "dist,src=0,dst=2,val=50" -numa "dist,src=0,dst=3,val=60")
@@ -82,11 +88,13 @@ _pghot_vm_hmat_lb() {
 	PGHOT_VM_TOPO+=(-numa "hmat-lb,initiator=$1,target=$2,hierarchy=memory,data-type=access-bandwidth,bandwidth=$4")
 }
 
-# _pghot_vm_mem_node N CPUS INITIATOR: a 1 GiB node backed by its own RAM object (CPUS may be "").
+# _pghot_vm_mem_node N 'CPU...' INITIATOR: a 1 GiB node backed by its own RAM object, holding
+# the CPUs listed (none: ""); QEMU takes one `cpus=` per CPU (docs/system/invocation: -numa node).
 _pghot_vm_mem_node() {
-	local n=$1 cpus=$2 initiator=$3
+	local n=$1 initiator=$3 cpus= c
+	for c in $2; do cpus+="cpus=$c,"; done
 	PGHOT_VM_TOPO+=(-object "memory-backend-ram,id=m$n,size=1G")
-	PGHOT_VM_TOPO+=(-numa "node,memdev=m$n,${cpus:+cpus=$cpus,}nodeid=$n,initiator=$initiator")
+	PGHOT_VM_TOPO+=(-numa "node,memdev=m$n,${cpus}nodeid=$n,initiator=$initiator")
 }
 
 # pghot_vm_guest: make sure PGHOT_VM_VMLINUZ and PGHOT_VM_BUSYBOX name a kernel and a busybox
