@@ -50,14 +50,18 @@ fn result(scenario: &str, pass: u32, ops: f64, us_per_op: f64, cpu: Option<f64>)
 }
 
 #[test]
-fn medians_ratios_to_the_same_pass_and_passes_ahead() {
+fn medians_ratios_to_the_same_pass_and_passes_ahead_without_failed_phases() {
     if !util::tool_present("jq") {
         return;
     }
-    // Three passes; numab2's second phase failed (no RESULT), so it ran in passes 1 and 3.
+    // Three passes; numab2's second phase ran with an error (its load failed: an empty server
+    // answers fast), so only passes 1 and 3 count for it, and it is counted as failed.
+    let mut failed = result("numab2", 2, 9000.0, 1.0, None);
+    failed["errors"] = json!(1);
     let results = [
         result("baseline", 1, 1000.0, 8.0, None),
         result("numab2", 1, 1500.0, 5.0, None),
+        failed,
         result("pghotd-ibs-emu", 1, 1400.0, 4.5, Some(10.0)),
         result("pghotd-ibs-emu", 2, 1800.0, 4.3, Some(14.0)),
         result("baseline", 2, 1200.0, 7.0, None),
@@ -76,6 +80,8 @@ fn medians_ratios_to_the_same_pass_and_passes_ahead() {
 
     // An even count: the mean of the middle two, (1200 + 1500) / 2.
     assert_eq!(numab2["passes"], 2);
+    assert_eq!(numab2["failed"], 1);
+    assert_eq!(base["failed"], 0);
     assert_eq!(num(&numab2["ops_per_s_median"]), Some(1350.0));
     assert_eq!(num(&numab2["ops_per_s_min"]), Some(1200.0));
     assert_eq!(num(&numab2["ops_per_s_max"]), Some(1500.0));
@@ -92,7 +98,8 @@ fn medians_ratios_to_the_same_pass_and_passes_ahead() {
     assert_eq!(num(&pghotd["ops_per_s_median"]), Some(1400.0));
     assert_eq!(num(&pghotd["promoter_cpu_s_median"]), Some(12.0));
     assert_eq!(num(&pghotd["app_modelled_mem_us_per_op_median"]), Some(4.4));
-    // Against numab2 only where both ran: pass 1 (1400 < 1500) and pass 3 (1300 > 1200).
+    // Against numab2 only where both ran without errors: pass 1 (1400 < 1500) and pass 3
+    // (1300 > 1200); its failed pass 2 (9000) is not a pass pghotd lost.
     assert_eq!(
         pghotd["ahead_of"],
         json!({"baseline": {"passes": 3, "ahead": 3}, "numab2": {"passes": 2, "ahead": 1}})
@@ -105,11 +112,15 @@ fn medians_ratios_to_the_same_pass_and_passes_ahead() {
 }
 
 #[test]
-fn a_pass_without_a_baseline_has_no_ratio_and_a_tie_is_not_ahead() {
+fn a_pass_without_a_sound_baseline_has_no_ratio_and_a_tie_is_not_ahead() {
     if !util::tool_present("jq") {
         return;
     }
+    // Pass 1's baseline ran with an error: no ratio for pass 1 either.
+    let mut failed_base = result("baseline", 1, 1000.0, 8.0, None);
+    failed_base["errors"] = json!(2);
     let results = [
+        failed_base,
         result("numab2", 1, 2000.0, 5.0, None),
         result("damon", 1, 2000.0, 4.0, Some(20.0)),
         result("baseline", 2, 1000.0, 8.0, None),
@@ -118,6 +129,7 @@ fn a_pass_without_a_baseline_has_no_ratio_and_a_tie_is_not_ahead() {
     let got = summarize(&results, &["numab2", "damon", "pghotd-softdirty"]);
     // No result for pghotd-softdirty: no summary for it.
     assert_eq!(got.len(), 2);
+    assert_eq!(got[0]["failed"], 0);
     assert_eq!(nums(&got[0]["x_baseline"]), [None]);
     assert_eq!(got[0]["x_baseline_median"], Value::Null);
     assert_eq!(nums(&got[1]["x_baseline"]), [None, Some(2.5)]);

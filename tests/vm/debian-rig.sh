@@ -461,12 +461,12 @@ fi
 if [ "$repeat" -gt 1 ] && [ ${#results[@]} -gt 0 ]; then
 	summaries=$(printf '%s\n' "${results[@]}" | jq -cs --args -f "$here/passes.jq" "${scenarios[@]}")
 	while IFS= read -r line; do echo "SUMMARY $line"; done <<< "$summaries"
-	log "over $repeat passes (ops/s by pass against the same pass's baseline; ahead: passes with more ops/s):"
+	log "over $repeat passes (ops/s by pass against the same pass's baseline; ahead: passes with more ops/s; phases with errors left out):"
 	{
 		jq -rs '
 			def f: if . == null then "-" else tostring end;
-			(["scenario", "ops/s median", "min-max", "x baseline median", "x baseline by pass", "app mem us/op median", "hot fast % median", "passes ahead of"] | @tsv),
-			(.[] | [.scenario, (.ops_per_s_median | f), "\(.ops_per_s_min)-\(.ops_per_s_max)", (.x_baseline_median | f),
+			(["scenario", "passes", "failed", "ops/s median", "min-max", "x baseline median", "x baseline by pass", "app mem us/op median", "hot fast % median", "passes ahead of"] | @tsv),
+			(.[] | [.scenario, (.passes | f), (.failed | f), (.ops_per_s_median | f), "\(.ops_per_s_min | f)-\(.ops_per_s_max | f)", (.x_baseline_median | f),
 				(.x_baseline | map(f) | join(" ")), (.app_modelled_mem_us_per_op_median | f), (.hot_fast_pct_median | f),
 				(.ahead_of | to_entries | map("\(.key) \(.value.ahead)/\(.value.passes)") | join(", "))] | @tsv)' <<< "$summaries"
 	} | column -t -s $'\t' >&2

@@ -1,6 +1,10 @@
 # The rig's --repeat summary (debian-rig.sh): read every RESULT of a run (jq -s), one SUMMARY
-# object out per scenario named in $ARGS.positional, in that order:
-#   passes                the passes it ran in
+# object out per scenario named in $ARGS.positional, in that order. A phase with errors (a
+# load that failed, a round that did not run) measured something else: it is left out of
+# every figure, its own scenario's and its rivals' (a baseline with errors gives its pass no
+# ratio), and counted:
+#   failed                its phases left out
+#   passes                the passes it ran in without errors
 #   ops_per_s_median      its median ops/s over them (the mean of the middle two for an even count),
 #   ops_per_s_min, _max   and the spread
 #   x_baseline            per pass, its ops/s over the same pass's baseline (null without one)
@@ -15,14 +19,16 @@ def median: sort | length as $n
 def r2: if . == null then null else (. * 100 | round / 100) end;
 def median_of(f): [.[] | f | select(. != null)] | median | r2;
 
-. as $all
+(map(select((.errors // 0) != 0)) | group_by(.scenario) | map({key: .[0].scenario, value: length}) | from_entries) as $failed
+| map(select((.errors // 0) == 0)) as $all
 | ($all | map(select(.scenario == "baseline") | {key: "\(.pass)", value: .ops_per_s}) | from_entries) as $base
 | $ARGS.positional[] as $s
 | [$all[] | select(.scenario == $s)] as $mine
-| select($mine | length > 0)
+| select(($mine | length > 0) or ($failed[$s] // 0) > 0)
 | {
 	scenario: $s,
 	app: $mine[0].app,
+	failed: ($failed[$s] // 0),
 	passes: ($mine | length),
 	ops_per_s_median: ($mine | median_of(.ops_per_s)),
 	ops_per_s_min: ([$mine[].ops_per_s] | min),
