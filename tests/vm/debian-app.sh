@@ -31,16 +31,6 @@ err() {
 	echo "$*" >> "$work/errors"
 }
 vm() { awk -v n="$1" '$1 == n { print $2 }' /proc/vmstat; }
-# wait_listening HOST PORT SECS: until a TCP connection to HOST:PORT succeeds (bash's /dev/tcp),
-# at most SECS seconds; fails after that.
-wait_listening() {
-	local i
-	for ((i = 0; i < $3 * 10; i++)); do
-		(exec 3<> "/dev/tcp/$1/$2") 2> /dev/null && return 0
-		sleep 0.1
-	done
-	return 1
-}
 # mc_stats: memcached's own counters, "name=value" a line (its LRU maintainer and crawler work
 # on their own schedule: they tell a phase where the server did other work than the GETs).
 mc_stats() { [ "$RIG_APP" != memcached ] || /opt/pghot-rig/mc-bench.pl stats 2> /dev/null; }
@@ -135,7 +125,7 @@ app_load() {
 		# Debian's unit is Type=simple: systemctl returns once memcached is started, not once it
 		# listens, and a load that connected first was refused (m18's pass 1 measured an empty
 		# server).
-		wait_listening 127.0.0.1 11211 30 || err "memcached did not listen on 127.0.0.1:11211 within 30 s"
+		wait_for 30 bash -c 'exec 3<> /dev/tcp/127.0.0.1/11211' || err "memcached did not listen on 127.0.0.1:11211 within 30 s"
 		info "memcached: loading ${RIG_KEYS} keys of ${RIG_VALUE_B} B (random order)"
 		/opt/pghot-rig/mc-bench.pl load "$RIG_KEYS" "$RIG_VALUE_B" > "$work/load.out" 2>&1 ||
 			err "mc-bench.pl load failed: $(tail -n 2 "$work/load.out")"
