@@ -108,7 +108,7 @@ fn control(state: &'static State, path: &Path) {
 fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
     let t = state.totals(counts);
     format!(
-        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={} fast_ns={}\n",
+        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={} fast_ns={} task_switches={} samples_with_task={}\n",
         t.pages,
         t.accesses,
         t.fast_user,
@@ -122,6 +122,8 @@ fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
         t.cache_hits,
         t.samples_filtered,
         state.fast_ns.load(Relaxed),
+        t.switches,
+        t.with_task,
     )
 }
 
@@ -170,9 +172,21 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
                 _ => format!("ERR {cmd} takes 0..=1000000\n").into_bytes(),
             }
         }
+        (Some("TASKCHAN"), Some(base), Some(len)) if words.next().is_none() => {
+            match (crate::config::parse_u64(base), crate::config::parse_u64(len)) {
+                // Not a user address as the plugin judges one (the guest's kernel runs with
+                // 5-level paging under TCG: its direct map starts at 0xff11_0000_0000_0000,
+                // Documentation/arch/x86/x86_64/mm.rst), at most PID_MAX_LIMIT long; or off.
+                (Some(b), Some(l)) if (l == 0 && b == 0) || (b >= crate::state::USER_TOP && (1..=1 << 22).contains(&l) && b.checked_add(l).is_some()) => {
+                    state.set_task_channel(b, l);
+                    b"OK\n".to_vec()
+                }
+                _ => b"ERR TASKCHAN takes a kernel address and a length in 1..=4194304, or 0 0\n".to_vec(),
+            }
+        }
         (None, _, _) => Vec::new(),
         _ => format!(
-            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, FAST_NS n, ARM, DISARM)\n"
+            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, FAST_NS n, ARM, DISARM, TASKCHAN base len)\n"
         )
         .into_bytes(),
     }
@@ -222,6 +236,25 @@ mod tests {
         assert_eq!(answer(&s, "ARM"), b"OK\n");
         assert!(s.armed.load(Relaxed));
         assert!(answer(&s, "FOO").starts_with(b"ERR"));
+        assert_eq!(answer(&s, "TASKCHAN 0xffffc90000100000 4194304"), b"OK\n");
+        // As the guest's 5-level-paging kernel gave it (its direct map).
+        assert_eq!(answer(&s, "TASKCHAN 0xff6a1fb1012c1108 4194304"), b"OK\n");
+        assert!(
+            String::from_utf8(answer(&s, "STATS"))
+                .unwrap()
+                .contains(" task_switches=0 ")
+        );
+        for bad in [
+            "TASKCHAN 0x7f0000000000 4096",
+            "TASKCHAN 0xffffc90000100000 4194305",
+            "TASKCHAN 0xffffffffffffff00 4096",
+            "TASKCHAN 0xffffc90000100000 0",
+            "TASKCHAN 0xffffc90000100000",
+            "TASKCHAN 0xffffc90000100000 1 2",
+        ] {
+            assert!(answer(&s, bad).starts_with(b"ERR"), "{bad}");
+        }
+        assert_eq!(answer(&s, "TASKCHAN 0 0"), b"OK\n");
         assert!(answer(&s, "").is_empty());
     }
 }

@@ -122,7 +122,16 @@ mod ffi {
         unsafe {
             let state = &*udata.cast_const().cast::<State>();
             let probe = state.cfg.probe;
-            if probe == 0 || !state.armed.load(std::sync::atomic::Ordering::Relaxed) {
+            if probe == 0 {
+                return;
+            }
+            // Before the arming test: a switch while disarmed still names the task that runs.
+            if vaddr >= crate::state::USER_TOP
+                && state.task_switch(vcpu, vaddr, || qemu_plugin_mem_is_store(info))
+            {
+                return;
+            }
+            if !state.armed.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
             let hw = qemu_plugin_get_hwaddr(info, vaddr);

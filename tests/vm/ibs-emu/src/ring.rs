@@ -7,14 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Orderin
 use crate::state::Sample;
 
 /// Bytes of one record on the samples socket: u64 vaddr, u64 paddr, u32 vcpu, u8 is_store,
-/// 3 zero bytes; little-endian.
+/// 24-bit task (the tgid the task channel last named for the vCPU, 0 when unknown);
+/// little-endian.
 #[cfg(test)]
 pub const RECORD_BYTES: usize = 24;
 /// Sent once per connection, before the first record.
 pub const HEADER: &[u8; 8] = b"PGIBS1\0\0";
 
 pub struct Ring {
-    /// Three words per slot: vaddr, paddr, vcpu | is_store << 32.
+    /// Three words per slot: vaddr, paddr, vcpu | is_store << 32 | task << 40.
     slots: Box<[AtomicU64]>,
     mask: u64,
     /// Pushes so far (written by the producer only).
@@ -45,7 +46,8 @@ impl Ring {
         let i = ((head & self.mask) * 3) as usize;
         self.slots[i].store(s.vaddr, Relaxed);
         self.slots[i + 1].store(s.paddr, Relaxed);
-        self.slots[i + 2].store(u64::from(s.vcpu) | u64::from(s.is_store) << 32, Relaxed);
+        let meta = u64::from(s.vcpu) | u64::from(s.is_store) << 32 | u64::from(s.task) << 40;
+        self.slots[i + 2].store(meta, Relaxed);
         self.head.store(head.wrapping_add(1), Release);
         true
     }
@@ -62,7 +64,8 @@ impl Ring {
                 vaddr: self.slots[i].load(Relaxed),
                 paddr: self.slots[i + 1].load(Relaxed),
                 vcpu: meta as u32,
-                is_store: meta >> 32 != 0,
+                is_store: (meta >> 32) & 1 != 0,
+                task: (meta >> 40) as u32,
             });
             t = t.wrapping_add(1);
         }
@@ -90,7 +93,8 @@ pub fn encode(s: &Sample, out: &mut Vec<u8>) -> bool {
     out.extend_from_slice(&s.vaddr.to_le_bytes());
     out.extend_from_slice(&s.paddr.to_le_bytes());
     out.extend_from_slice(&s.vcpu.to_le_bytes());
-    out.extend_from_slice(&[u8::from(s.is_store), 0, 0, 0]);
+    let task = s.task.to_le_bytes();
+    out.extend_from_slice(&[u8::from(s.is_store), task[0], task[1], task[2]]);
     true
 }
 
@@ -106,6 +110,8 @@ mod tests {
             paddr: n << 12,
             vcpu: n as u32,
             is_store: n % 2 == 1,
+            // The widest task the wire carries (24 bits, pid_max's limit 4194304 fits).
+            task: if n == 3 { 0xff_ffff } else { n as u32 * 1000 },
         };
         for n in 0..4 {
             assert!(r.push(&s(n)));
@@ -129,6 +135,7 @@ mod tests {
                 paddr: 0,
                 vcpu: 0,
                 is_store: false,
+                task: 0,
             },
             &mut out,
         ));
@@ -139,6 +146,7 @@ mod tests {
                 paddr: 0x8000_1000,
                 vcpu: 1,
                 is_store: true,
+                task: 0x12_3456,
             },
             &mut out,
         );
@@ -146,6 +154,6 @@ mod tests {
         assert_eq!(&out[0..8], &0x1122u64.to_le_bytes());
         assert_eq!(&out[8..16], &0x8000_1000u64.to_le_bytes());
         assert_eq!(&out[16..20], &1u32.to_le_bytes());
-        assert_eq!(&out[20..24], &[1, 0, 0, 0]);
+        assert_eq!(&out[20..24], &[1, 0x56, 0x34, 0x12]);
     }
 }

@@ -31,6 +31,8 @@ pub struct Sample {
     pub paddr: u64,
     pub vcpu: u32,
     pub is_store: bool,
+    /// The tgid running on the vCPU as the task channel last said; 0 when unknown.
+    pub task: u32,
 }
 
 /// Adds one to a counter only its vCPU writes (see the module comment).
@@ -72,6 +74,12 @@ pub struct Vcpu {
     /// Accesses per guest-physical 4 KiB page.
     pub pages: Box<[AtomicU32]>,
     pub ring: Ring,
+    /// The tgid last switched in on this vCPU (the task channel; 0: not known).
+    pub task: AtomicU32,
+    /// Task channel stores seen (context switches).
+    pub switches: AtomicU64,
+    /// Samples pushed with a task named.
+    pub with_task: AtomicU64,
 }
 
 impl Vcpu {
@@ -117,6 +125,10 @@ pub struct Totals {
     pub outside: u64,
     pub cache_hits: u64,
     pub samples_filtered: u64,
+    /// Task channel stores (the guest's context switches).
+    pub switches: u64,
+    /// Samples taken with a task named.
+    pub with_task: u64,
 }
 
 /// Counter values at the last RESET.
@@ -130,6 +142,8 @@ struct Baseline {
     dropped: u64,
     hits: u64,
     filtered: u64,
+    switches: u64,
+    with_task: u64,
 }
 
 pub struct State {
@@ -151,6 +165,11 @@ pub struct State {
     pub sync: AtomicBool,
     /// Samples the writer dropped because their vaddr reads as a header (counted as dropped).
     pub header_like: AtomicU64,
+    /// The task channel (control command `TASKCHAN BASE LEN`, guest/src/taskchan.rs): a kernel
+    /// store at `chan_base + tgid` is the guest's scheduler switching that tgid in. Length 0:
+    /// no channel.
+    chan_base: AtomicU64,
+    chan_len: AtomicU64,
     baseline: std::sync::Mutex<Baseline>,
 }
 
@@ -176,6 +195,9 @@ impl State {
                         .collect(),
                     pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
                     ring: Ring::new(cfg.ring),
+                    task: AtomicU32::new(0),
+                    switches: AtomicU64::new(0),
+                    with_task: AtomicU64::new(0),
                 };
                 v.countdown.store(reload(cfg.period, &v.rng), Relaxed);
                 v
@@ -192,9 +214,42 @@ impl State {
             sent: AtomicU64::new(0),
             sync: AtomicBool::new(false),
             header_like: AtomicU64::new(0),
+            chan_base: AtomicU64::new(0),
+            chan_len: AtomicU64::new(0),
             baseline: std::sync::Mutex::new(Baseline::default()),
             cfg,
         }
+    }
+
+    /// Sets the task channel (`len` 0: none). The length goes to 0 first, so a vCPU never
+    /// sees the new base with the old length.
+    pub fn set_task_channel(&self, base: u64, len: u64) {
+        self.chan_len.store(0, Release);
+        self.chan_base.store(base, Release);
+        self.chan_len.store(len, Release);
+        if len == 0 {
+            for v in self.vcpus.iter() {
+                v.task.store(0, Relaxed);
+            }
+        }
+    }
+
+    /// True when `vaddr` is in the task channel: the access is the channel's, not a program's
+    /// (the caller does nothing more with it), and if it is a store the vCPU now runs the tgid
+    /// its offset names. Two loads and a compare for every other access.
+    #[inline(always)]
+    pub fn task_switch(&self, vcpu: u32, vaddr: u64, is_store: impl FnOnce() -> bool) -> bool {
+        let off = vaddr.wrapping_sub(self.chan_base.load(Relaxed));
+        if off >= self.chan_len.load(Relaxed) {
+            return false;
+        }
+        if let Some(v) = self.vcpus.get(vcpu as usize)
+            && is_store()
+        {
+            v.task.store(off as u32, Relaxed);
+            bump(&v.switches);
+        }
+        true
     }
 
     /// The per-access work: page count, modelled clock and sampling for user-mode accesses,
@@ -219,9 +274,12 @@ impl State {
                     paddr,
                     vcpu,
                     is_store: is_store(),
+                    task: v.task.load(Relaxed),
                 };
                 if !v.ring.push(&s) {
                     bump(&v.dropped);
+                } else if s.task != 0 {
+                    bump(&v.with_task);
                 }
             }
         }
@@ -314,6 +372,8 @@ impl State {
             outside,
             cache_hits: sum(|v| v.hits.load(Relaxed)).wrapping_sub(base.hits),
             samples_filtered: sum(|v| v.filtered.load(Relaxed)).wrapping_sub(base.filtered),
+            switches: sum(|v| v.switches.load(Relaxed)).wrapping_sub(base.switches),
+            with_task: sum(|v| v.with_task.load(Relaxed)).wrapping_sub(base.with_task),
         }
     }
 
@@ -333,6 +393,8 @@ impl State {
         base.sent = self.sent.load(Relaxed);
         base.hits = sum(|v| v.hits.load(Relaxed));
         base.filtered = sum(|v| v.filtered.load(Relaxed));
+        base.switches = sum(|v| v.switches.load(Relaxed));
+        base.with_task = sum(|v| v.with_task.load(Relaxed));
     }
 
     /// Called by the writer thread after `n` records reached the socket.
@@ -494,5 +556,52 @@ mod tests {
         }
         let t = s.totals(&s.page_counts());
         assert!(t.samples_dropped > 80, "{t:?}");
+    }
+
+    /// A kernel store into the channel names the task of that vCPU only; loads in it and
+    /// accesses outside it name nothing; each later sample of the vCPU carries the task, and
+    /// turning the channel off forgets it.
+    #[test]
+    fn the_task_channel_names_each_vcpus_task_for_its_samples() {
+        let s = state(16);
+        let base = 0xffff_c900_0010_0000;
+        assert!(!s.task_switch(0, base + 4242, || true), "no channel yet");
+        s.set_task_channel(base, 4_194_304);
+        assert!(s.task_switch(0, base + 4242, || true));
+        assert!(
+            s.task_switch(1, base + 77, || false),
+            "a load is the channel's too"
+        );
+        assert!(!s.task_switch(1, base - 1, || true));
+        assert!(
+            !s.task_switch(1, base + 4_194_304, || true),
+            "one past the end"
+        );
+        assert_eq!(s.vcpus[0].task.load(Relaxed), 4242);
+        assert_eq!(s.vcpus[1].task.load(Relaxed), 0);
+        for _ in 0..16 * 4 {
+            s.on_access(0, 0x1000, 0x1000, || false);
+            s.on_access(1, 0x2000, 0x2000, || false);
+        }
+        let mut tasks = Vec::new();
+        for v in s.vcpus.iter() {
+            v.ring.drain(|x| tasks.push((x.vcpu, x.task)));
+        }
+        assert!(tasks.len() >= 6, "{tasks:?}");
+        assert!(
+            tasks
+                .iter()
+                .all(|&(v, t)| t == if v == 0 { 4242 } else { 0 }),
+            "{tasks:?}"
+        );
+        let t = s.totals(&s.page_counts());
+        assert_eq!(t.switches, 1);
+        assert_eq!(
+            t.with_task,
+            tasks.iter().filter(|x| x.0 == 0).count() as u64
+        );
+        s.set_task_channel(0, 0);
+        assert_eq!(s.vcpus[0].task.load(Relaxed), 0);
+        assert!(!s.task_switch(0, base + 4242, || true));
     }
 }

@@ -10,6 +10,8 @@
 //! pgibs-guest snap PID FILE         the plugin's counts so far (FILE.counts), then PID's
 //!                                   present pages and frames (FILE), for truth
 //! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
+//! pgibs-guest taskchan              tell the plugin which process each vCPU runs, until
+//!                                   SIGTERM (taskchan.rs)
 //! ```
 //!
 //! `relay` and `truth` serve programs nobody here wrote (tests/vm/debian-app.sh): see
@@ -34,11 +36,13 @@ use std::time::{Duration, Instant};
 use pghot_workload::Pattern;
 use pghot_workload::pattern::{PAGE_SIZE, Plan};
 
+mod btf;
 mod maps;
 mod pagemap;
 mod reach;
 mod records;
 mod relay;
+mod taskchan;
 mod truth;
 
 use records::Splitter;
@@ -602,7 +606,8 @@ fn main() -> ExitCode {
             Err(_) => Err(format!("snap: bad pid {}", args[1])),
         },
         Some("truth") if args.len() >= 2 => truth::report(&args[1..]),
-        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [--only PID,...] [EXCLUDE-PID...] | snap PID FILE | truth SNAP...".into()),
+        Some("taskchan") if args.len() == 1 => taskchan::run(),
+        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [--only PID,...] [EXCLUDE-PID...] | snap PID FILE | truth SNAP... | taskchan".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,6 +1,7 @@
 //! The samples port's byte stream (tests/vm/ibs-emu/README.md, "Samples"): an 8-byte header
 //! `PGIBS1\0\0` at the start of each connection and after each SYNC, then 24-byte records
-//! (u64 vaddr, u64 paddr, u32 vcpu, u8 is_store, 3 zero bytes; little-endian).
+//! (u64 vaddr, u64 paddr, u32 vcpu, u8 is_store, 24-bit task: the tgid running on the vCPU
+//! when the task channel is on, else 0; little-endian).
 
 pub const HEADER: &[u8; 8] = b"PGIBS1\0\0";
 pub const RECORD: usize = 24;
@@ -12,6 +13,8 @@ pub struct Record {
     pub paddr: u64,
     pub vcpu: u32,
     pub is_store: bool,
+    /// The tgid the plugin saw switched in on the vCPU; 0 when it does not know.
+    pub task: u32,
 }
 
 /// Splits the stream into records: bytes before the first header are skipped (what Linux
@@ -58,6 +61,7 @@ impl Splitter {
                     paddr: u64_at(8),
                     vcpu: u32::from_le_bytes(rest[16..20].try_into().unwrap()),
                     is_store: rest[20] != 0,
+                    task: u32::from_le_bytes([rest[21], rest[22], rest[23], 0]),
                 });
                 at += RECORD;
             } else {
@@ -72,12 +76,13 @@ impl Splitter {
 mod tests {
     use super::*;
 
-    fn record(vaddr: u64, paddr: u64, vcpu: u32, store: u8) -> Vec<u8> {
+    fn record(vaddr: u64, paddr: u64, vcpu: u32, store: u8, task: [u8; 3]) -> Vec<u8> {
         let mut r = Vec::new();
         r.extend_from_slice(&vaddr.to_le_bytes());
         r.extend_from_slice(&paddr.to_le_bytes());
         r.extend_from_slice(&vcpu.to_le_bytes());
-        r.extend_from_slice(&[store, 0, 0, 0]);
+        r.push(store);
+        r.extend_from_slice(&task);
         r
     }
 
@@ -85,9 +90,16 @@ mod tests {
     fn skips_to_the_header_and_splits_records_fed_in_pieces() {
         let mut stream = vec![7u8; 13]; // the tail of an older record
         stream.extend_from_slice(HEADER);
-        stream.extend(record(0x7f00_0000_1000, 0x8000_1000, 1, 1));
+        // Task 0x3fffff (4194303, the largest tgid under PID_MAX_LIMIT), low byte first.
+        stream.extend(record(
+            0x7f00_0000_1000,
+            0x8000_1000,
+            1,
+            1,
+            [0xff, 0xff, 0x3f],
+        ));
         stream.extend_from_slice(HEADER); // a SYNC's header between records
-        stream.extend(record(0x1000, 0x2000, 0, 0));
+        stream.extend(record(0x1000, 0x2000, 0, 0, [0, 0, 0]));
         let mut s = Splitter::default();
         let mut got = Vec::new();
         for piece in stream.chunks(5) {
@@ -101,13 +113,15 @@ mod tests {
                     vaddr: 0x7f00_0000_1000,
                     paddr: 0x8000_1000,
                     vcpu: 1,
-                    is_store: true
+                    is_store: true,
+                    task: 4_194_303,
                 },
                 Record {
                     vaddr: 0x1000,
                     paddr: 0x2000,
                     vcpu: 0,
-                    is_store: false
+                    is_store: false,
+                    task: 0,
                 }
             ]
         );
