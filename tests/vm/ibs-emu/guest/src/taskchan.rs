@@ -165,17 +165,16 @@ fn array_map(value_size: u32) -> Res<OwnedFd> {
         .map_err(|e| format!("taskchan: BPF_MAP_CREATE of {value_size} bytes: {e}"))
 }
 
-/// The map's one value, `N` bytes.
-fn lookup<const N: usize>(map: &OwnedFd) -> Res<[u8; N]> {
+/// Copies the map's one value into `value`, which must be its size.
+fn lookup(map: &OwnedFd, value: &mut [u8]) -> Res<()> {
     use std::os::fd::AsRawFd;
     let key = 0u32;
-    let mut value = [0u8; N];
     let mut a = [0u8; ATTR_BYTES];
     put32(&mut a, 0, map.as_raw_fd() as u32);
     put64(&mut a, 8, std::ptr::from_ref(&key) as u64);
     put64(&mut a, 16, value.as_mut_ptr() as u64);
     bpf(BPF_MAP_LOOKUP_ELEM, &mut a).map_err(|e| format!("taskchan: BPF_MAP_LOOKUP_ELEM: {e}"))?;
-    Ok(value)
+    Ok(())
 }
 
 /// The loaded program, attached; detached when dropped.
@@ -258,7 +257,9 @@ impl TaskChan {
         let mut base = 0;
         for _ in 0..100 {
             std::thread::sleep(Duration::from_millis(1));
-            base = u64::from_le_bytes(lookup::<8>(&addr)?);
+            let mut value = [0u8; 8];
+            lookup(&addr, &mut value)?;
+            base = u64::from_le_bytes(value);
             if base != 0 {
                 break;
             }
@@ -345,14 +346,8 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         let tgid = std::process::id() as usize;
         // The whole value (pid_max bytes) through the syscall.
-        let key = 0u32;
         let mut value = vec![0u8; chan.len as usize];
-        let mut a = [0u8; ATTR_BYTES];
-        use std::os::fd::AsRawFd;
-        put32(&mut a, 0, chan._chan.as_raw_fd() as u32);
-        put64(&mut a, 8, std::ptr::from_ref(&key) as u64);
-        put64(&mut a, 16, value.as_mut_ptr() as u64);
-        bpf(BPF_MAP_LOOKUP_ELEM, &mut a).unwrap();
+        lookup(&chan._chan, &mut value).unwrap();
         assert_eq!(value[tgid], 1, "tgid {tgid} not marked");
     }
 }
