@@ -277,7 +277,13 @@ mod tests {
             ])
             .output()
         else {
-            eprintln!("no bpftool: skipped");
+            // CI installs it (.ci/run) and says so with PGHOTD_REQUIRE_TOOLS=1, as the root
+            // crate's tests do for their tools (tests/util `tool_present`).
+            assert!(
+                std::env::var_os("PGHOTD_REQUIRE_TOOLS").is_none_or(|v| v != "1"),
+                "bpftool is not on PATH and PGHOTD_REQUIRE_TOOLS=1: install it (see .ci/run)"
+            );
+            eprintln!("\n*** SKIPPED: bpftool is not on PATH; this test did not run ***\n");
             return;
         };
         let text = String::from_utf8_lossy(&out.stdout);

@@ -337,7 +337,7 @@ mod tests {
         let chan = match TaskChan::attach() {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("cannot attach here ({e}): skipped");
+                eprintln!("\n*** SKIPPED: cannot attach a BPF program here ({e}) ***\n");
                 return;
             }
         };
