@@ -1,6 +1,8 @@
 //! Just enough of the kernel's BTF (Documentation/bpf/btf.rst, include/uapi/linux/btf.h) to find
 //! where a struct member sits: the task channel reads `task_struct.tgid` of the task being
-//! switched in, and that offset differs between kernel builds.
+//! switched in, and that offset differs between kernel builds. A BTF crate (aya-obj's) parses
+//! all of it for CO-RE relocations and program loading; one member's offset is a walk of the
+//! type section.
 
 /// `BTF_MAGIC` (include/uapi/linux/btf.h).
 const MAGIC: u16 = 0xeb9f;

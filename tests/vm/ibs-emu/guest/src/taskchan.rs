@@ -20,11 +20,13 @@
 //! that nothing the kernel later puts at that address is taken for a switch.
 
 use std::ffi::CString;
-use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use pghotd::safefs::{read_bounded, read_text};
 
 use crate::{Ctl, Res};
 
@@ -190,10 +192,8 @@ pub struct TaskChan {
 
 /// `/proc/sys/kernel/pid_max`: every tgid is below it.
 fn pid_max() -> Res<u32> {
-    let mut s = String::new();
-    std::fs::File::open("/proc/sys/kernel/pid_max")
-        .and_then(|f| f.take(32).read_to_string(&mut s))
-        .map_err(|e| format!("taskchan: /proc/sys/kernel/pid_max: {e}"))?;
+    let path = "/proc/sys/kernel/pid_max";
+    let s = read_text(Path::new(path), 32).map_err(|e| format!("taskchan: {path}: {e}"))?;
     match s.trim().parse::<u32>() {
         Ok(n) if (1..=CHANNEL_MAX).contains(&n) => Ok(n),
         _ => Err(format!(
@@ -205,16 +205,9 @@ fn pid_max() -> Res<u32> {
 
 /// The kernel's BTF, read with a bound (vmlinux's is a few MB).
 fn kernel_btf() -> Res<Vec<u8>> {
-    const MAX: u64 = 64 << 20;
     let path = "/sys/kernel/btf/vmlinux";
-    let mut b = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX + 1).read_to_end(&mut b))
-        .map_err(|e| format!("taskchan: {path}: {e} (a kernel without CONFIG_DEBUG_INFO_BTF?)"))?;
-    if b.len() as u64 > MAX {
-        return Err(format!("taskchan: {path} is larger than {MAX} bytes"));
-    }
-    Ok(b)
+    read_bounded(Path::new(path), 64 << 20)
+        .map_err(|e| format!("taskchan: {path}: {e} (a kernel without CONFIG_DEBUG_INFO_BTF?)"))
 }
 
 impl TaskChan {
