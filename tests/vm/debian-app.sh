@@ -357,14 +357,8 @@ info "THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled); $RIG_APP: $(grep 
 # context switch; see taskchan.rs): in every scenario, so that every promoter runs beside its
 # cost, and started before the promoter so that the relay finds each sample's process named.
 /opt/pghot-rig/pgibs-guest taskchan > "$work/taskchan.out" 2>&1 &
-taskchan_pid=$!
-for _ in $(seq 200); do
-	grep -q '^PGIBS-TASKCHAN ' "$work/taskchan.out" 2> /dev/null && break
-	kill -0 "$taskchan_pid" 2> /dev/null || break
-	sleep 0.1
-done
-grep -q '^PGIBS-TASKCHAN ' "$work/taskchan.out" ||
-	err "the task channel did not start: $(tail -n 3 "$work/taskchan.out")"
+wait_for 20 grep -q '^PGIBS-TASKCHAN ' "$work/taskchan.out" ||
+	err "the task channel did not start within 20 s: $(tail -n 3 "$work/taskchan.out")"
 info "task channel: $(cat "$work/taskchan.out")"
 # The plugin booted disarmed: from here on every access is counted and the slow node is slow,
 # the same for every promoter (the load and the move to node 2 ran at the emulator's speed).

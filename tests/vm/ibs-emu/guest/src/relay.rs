@@ -115,8 +115,10 @@ struct Attributor {
     maps_errors: u64,
     /// Records the plugin named the process of (the task channel).
     by_task: u64,
-    /// One in [`TASK_CHECK_EVERY`] of those that `--only` keeps, checked against the named
-    /// process's pagemap: the channel's accuracy, measured in the guest.
+    /// Of those, the ones `--only` kept (the check's cadence).
+    by_task_kept: u64,
+    /// One in [`TASK_CHECK_EVERY`] of those kept, checked against the named process's
+    /// pagemap: the channel's accuracy, measured in the guest.
     task_checks: u64,
     /// Of those, the ones whose page that process did not map at that frame (a wrong task, or
     /// a page moved between the access and the check).
@@ -176,6 +178,7 @@ impl Attributor {
             outside_maps: 0,
             maps_errors: 0,
             by_task: 0,
+            by_task_kept: 0,
             task_checks: 0,
             task_mismatches: 0,
             check_maps: HashMap::new(),
@@ -185,7 +188,8 @@ impl Attributor {
     /// Every [`TASK_CHECK_EVERY`]th record the task channel named and `--only` kept: does the
     /// named process map that page at that frame? One pagemap read per check.
     fn check_task(&mut self, r: &Record) {
-        if !self.by_task.is_multiple_of(TASK_CHECK_EVERY) {
+        self.by_task_kept += 1;
+        if !self.by_task_kept.is_multiple_of(TASK_CHECK_EVERY) {
             return;
         }
         let map = match self.check_maps.entry(r.task) {
@@ -799,8 +803,8 @@ mod tests {
         assert_eq!(every.pid_of(&r(1)), Found::Pid(1));
     }
 
-    /// The check of one named record in 64: this process's own page at its own frame passes,
-    /// at another frame fails.
+    /// The check of one kept named record in 64: this process's own page at its own frame
+    /// passes, at another frame fails.
     #[test]
     fn one_named_record_in_64_is_checked_against_pagemap() {
         let me = std::process::id();
@@ -823,9 +827,17 @@ mod tests {
             is_store: false,
             task: me,
         };
-        for _ in 0..128 {
+        // Other processes' records (outside `--only`) do not count towards the cadence.
+        let other = Record {
+            task: 1,
+            ..r(pfn << 12)
+        };
+        for _ in 0..127 {
+            assert_eq!(a.pid_of(&other), Found::Outside);
             assert_eq!(a.pid_of(&r(pfn << 12)), Found::Pid(me));
         }
+        assert_eq!(a.task_checks, 1);
+        assert_eq!(a.pid_of(&r(pfn << 12)), Found::Pid(me));
         assert_eq!((a.task_checks, a.task_mismatches), (2, 0));
         for _ in 0..64 {
             a.pid_of(&r((pfn + 1) << 12));
