@@ -318,6 +318,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	printf 'RIG_APP_RUN=%q\n' "$app_run"
 	echo "RIG_SLOW_NS=$slow_ns"
 	echo "RIG_FAST_NS=$fast_ns"
+	echo "RIG_CACHE_KB=$cache_kb"
 	echo "RIG_PERIOD=$period"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	echo "RIG_PROFILE=$profile"
@@ -385,7 +386,10 @@ for run in "${runs[@]}"; do
 		# Disarmed until the guest is up (app.sh sends ARM, then SLOW_NS): with every access
 		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
 		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb"
+		# by_task: whose misses, and who evicted the program's lines (RESULT's `misses`).
+		by_task=()
+		[ "$cache_kb" = 0 ] || by_task=(by_task=1)
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" "${by_task[@]}"
 	fi
 	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"
 	console=$work/$name.console

@@ -47,6 +47,9 @@ pub struct Config {
     /// one, only accesses that miss it are counted per page, add to the modelled clock, pay
     /// the slow node's delay and are sampled (README.md, "The modelled cache").
     pub cache_kb: u64,
+    /// Count the modelled cache's misses per task and cause (`by_task=1`; needs `cache_kb`
+    /// and the task channel to name anyone): README.md, "Whose misses".
+    pub by_task: bool,
 }
 
 /// Undoes QEMU 7.2's `qemu_plugin_hwaddr_phys_addr` for RAM in `-object memory-backend-*`
@@ -112,6 +115,7 @@ impl Default for Config {
             probe: 3,
             armed: true,
             cache_kb: 0,
+            by_task: false,
         }
     }
 }
@@ -150,6 +154,7 @@ impl Config {
                 "probe" => c.probe = num()?.min(3) as u8,
                 "armed" => c.armed = num()? != 0,
                 "cache_kb" => c.cache_kb = num()?,
+                "by_task" => c.by_task = num()? != 0,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
                 "memdev_mb" => {
@@ -182,6 +187,9 @@ impl Config {
                 c.cache_kb
             ));
         }
+        if c.by_task && c.cache_kb == 0 {
+            return Err("by_task=1 counts the modelled cache's misses: it needs cache_kb".into());
+        }
         if !c.ring.is_power_of_two() || c.ring < 2 {
             return Err(format!("ring={}: a power of two >= 2", c.ring));
         }
@@ -205,6 +213,15 @@ mod tests {
         assert!(Config::parse(&["period"]).is_err());
         let c = Config::parse(&["memdev_mb=1024:1024:1024"]).unwrap();
         assert_eq!(c.memdev_mb, vec![1024, 1024, 1024]);
+        assert!(
+            Config::parse(&["by_task=1"]).is_err(),
+            "no cache to attribute"
+        );
+        assert!(
+            Config::parse(&["by_task=1", "cache_kb=1024"])
+                .unwrap()
+                .by_task
+        );
     }
 
     #[test]

@@ -21,6 +21,9 @@ use crate::state::State;
 /// drops and counts (`samples_dropped` in the rig's RESULT).
 const FLUSH_EVERY: Duration = Duration::from_millis(25);
 const RETRY_EVERY: Duration = Duration::from_millis(100);
+/// (task, cause) pairs a MISSES answer lists one by one (the rest summed): a Redis phase has
+/// a few hundred, most of them one-round redis-benchmark processes.
+const MISSES_LISTED: usize = 1024;
 
 fn connect(path: &Path) -> UnixStream {
     loop {
@@ -136,6 +139,12 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
             b"OK\n".to_vec()
         }
         (Some("STATS"), None, _) => counts_line(state, &state.page_counts()).into_bytes(),
+        (Some("MISSES"), None, _) => match state.by_task() {
+            Some((tally, overflow)) => {
+                crate::bytask::misses_line(&tally, overflow, MISSES_LISTED).into_bytes()
+            }
+            None => b"ERR MISSES needs the plugin argument by_task=1\n".to_vec(),
+        },
         (Some("DUMP"), None, _) => {
             let counts = state.page_counts();
             let mut out = counts_line(state, &counts).into_bytes();
@@ -186,7 +195,7 @@ pub fn answer(state: &State, cmd: &str) -> Vec<u8> {
         }
         (None, _, _) => Vec::new(),
         _ => format!(
-            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, SYNC, SLOW_NS n, FAST_NS n, ARM, DISARM, TASKCHAN base len)\n"
+            "ERR unknown command '{cmd}' (RESET, DUMP, STATS, MISSES, SYNC, SLOW_NS n, FAST_NS n, ARM, DISARM, TASKCHAN base len)\n"
         )
         .into_bytes(),
     }
@@ -236,6 +245,7 @@ mod tests {
         assert_eq!(answer(&s, "ARM"), b"OK\n");
         assert!(s.armed.load(Relaxed));
         assert!(answer(&s, "FOO").starts_with(b"ERR"));
+        assert!(answer(&s, "MISSES").starts_with(b"ERR MISSES needs"));
         assert_eq!(answer(&s, "TASKCHAN 0xffffc90000100000 4194304"), b"OK\n");
         // As the guest's 5-level-paging kernel gave it (its direct map).
         assert_eq!(answer(&s, "TASKCHAN 0xff6a1fb1012c1108 4194304"), b"OK\n");

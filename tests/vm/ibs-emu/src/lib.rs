@@ -16,6 +16,7 @@
 // Without the glue (see below) the unit tests leave the socket threads and the fix-up unused.
 #![cfg_attr(test, allow(dead_code))]
 
+mod bytask;
 mod config;
 mod io;
 mod ring;

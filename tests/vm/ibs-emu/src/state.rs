@@ -11,6 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::Release};
 use std::time::{Duration, Instant};
 
+use crate::bytask::{self, ByTask, Tally};
 use crate::config::{Config, PhysFix};
 use crate::ring::Ring;
 
@@ -80,22 +81,30 @@ pub struct Vcpu {
     pub switches: AtomicU64,
     /// Samples pushed with a task named.
     pub with_task: AtomicU64,
+    /// Misses per task and cause (`by_task=1`, with a cache).
+    by_task: Option<ByTask>,
 }
 
 impl Vcpu {
     /// Looks `paddr`'s line up in the modelled cache and fills it on a miss; false without a
-    /// cache. Direct-mapped: one load, one compare, at most one store.
+    /// cache. Direct-mapped: one load, one compare, at most one store (and, with `by_task`,
+    /// the miss's attribution).
     #[inline(always)]
-    fn cache_hit(&self, paddr: u64) -> bool {
+    fn cache_hit(&self, paddr: u64, user: bool) -> bool {
         if self.cache.is_empty() {
             return false;
         }
         let line = paddr / LINE;
-        let slot = &self.cache[(line as usize) & (self.cache.len() - 1)];
-        if slot.load(Relaxed) == line + 1 {
+        let i = (line as usize) & (self.cache.len() - 1);
+        let slot = &self.cache[i];
+        let old = slot.load(Relaxed);
+        if old == line + 1 {
             return true;
         }
         slot.store(line + 1, Relaxed);
+        if let Some(b) = &self.by_task {
+            b.on_miss(i, old, line + 1, self.task.load(Relaxed), user);
+        }
         false
     }
 
@@ -144,6 +153,8 @@ struct Baseline {
     filtered: u64,
     switches: u64,
     with_task: u64,
+    by_task: Tally,
+    by_task_overflow: u64,
 }
 
 pub struct State {
@@ -198,6 +209,8 @@ impl State {
                     task: AtomicU32::new(0),
                     switches: AtomicU64::new(0),
                     with_task: AtomicU64::new(0),
+                    by_task: (cfg.by_task && cfg.cache_kb != 0)
+                        .then(|| ByTask::new(((cfg.cache_kb << 10) / LINE) as usize)),
                 };
                 v.countdown.store(reload(cfg.period, &v.rng), Relaxed);
                 v
@@ -264,7 +277,7 @@ impl State {
         let Some(v) = self.vcpus.get(vcpu as usize) else {
             return;
         };
-        let hit = v.cache_hit(paddr);
+        let hit = v.cache_hit(paddr, vaddr < USER_TOP);
         if vaddr < USER_TOP && v.sample_due(self.cfg.period) {
             if hit {
                 bump(&v.filtered);
@@ -395,6 +408,30 @@ impl State {
         base.filtered = sum(|v| v.filtered.load(Relaxed));
         base.switches = sum(|v| v.switches.load(Relaxed));
         base.with_task = sum(|v| v.with_task.load(Relaxed));
+        (base.by_task, base.by_task_overflow) = self.by_task_now();
+    }
+
+    /// Every vCPU's misses per (task, cause) and the overflow, since the start.
+    fn by_task_now(&self) -> (Tally, u64) {
+        let mut tally = Tally::new();
+        let mut overflow = 0;
+        for b in self.vcpus.iter().filter_map(|v| v.by_task.as_ref()) {
+            b.add_to(&mut tally);
+            overflow += b.overflow.load(Relaxed);
+        }
+        (tally, overflow)
+    }
+
+    /// Misses per (task, cause) and the overflow since the last RESET; `None` without
+    /// `by_task`.
+    pub fn by_task(&self) -> Option<(Tally, u64)> {
+        self.vcpus.first()?.by_task.as_ref()?;
+        let (now, overflow) = self.by_task_now();
+        let base = self.baseline.lock().unwrap_or_else(|e| e.into_inner());
+        Some((
+            bytask::since(&now, &base.by_task),
+            overflow.wrapping_sub(base.by_task_overflow),
+        ))
     }
 
     /// Called by the writer thread after `n` records reached the socket.
@@ -556,6 +593,50 @@ mod tests {
         }
         let t = s.totals(&s.page_counts());
         assert!(t.samples_dropped > 80, "{t:?}");
+    }
+
+    /// With `by_task`, the vCPU's task as the channel names it owns its misses: lines 0x1000
+    /// and 0x1400 share slot 0 of a 1 KiB cache (see the test above), so task 200's miss on
+    /// 0x1400 evicts task 100's 0x1000 and 100's next miss on it is a refetch caused by 200;
+    /// 100's kernel-address miss on 0x1400 then is none (the line was 200's). RESET starts
+    /// the count again.
+    #[test]
+    fn misses_are_counted_per_task_and_the_evicting_task() {
+        let cfg = Config {
+            period: 1 << 20,
+            ram_mb: 4,
+            ring: 16,
+            cache_kb: 1,
+            by_task: true,
+            ..Config::default()
+        };
+        let s = State::new(cfg, 1);
+        let base = 0xffff_c900_0010_0000;
+        s.set_task_channel(base, 1 << 22);
+        let run = |task: u64, vaddr: u64, paddr: u64| {
+            s.task_switch(0, base + task, || true);
+            s.on_access(0, vaddr, paddr, || false);
+        };
+        run(100, 0x7000, 0x1000);
+        run(200, 0x7000, 0x1400);
+        run(100, 0x7000, 0x1000);
+        run(100, 0x7000, 0x1000); // a hit: not counted
+        run(100, USER_TOP + 8, 0x1400);
+        let (tally, overflow) = s.by_task().unwrap();
+        let want: Tally = [
+            ((100, bytask::NONE), (1, 1)),
+            ((200, bytask::NONE), (1, 0)),
+            ((100, 200), (1, 0)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!((tally, overflow), (want, 0));
+        s.reset();
+        assert_eq!(s.by_task().unwrap(), (Tally::new(), 0));
+        run(200, 0x7000, 0x1000);
+        let want: Tally = [((200, bytask::NONE), (1, 0))].into_iter().collect();
+        assert_eq!(s.by_task().unwrap(), (want, 0));
+        assert!(state(16).by_task().is_none(), "off by default");
     }
 
     /// A kernel store into the channel names the task of that vCPU only; loads in it and

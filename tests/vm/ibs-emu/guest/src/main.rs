@@ -12,6 +12,8 @@
 //! pgibs-guest truth SNAP...         the hot set since RESET and its placement per snapshot
 //! pgibs-guest taskchan              tell the plugin which process each vCPU runs, until
 //!                                   SIGTERM (taskchan.rs)
+//! pgibs-guest misses APP-PID        whose misses of the modelled cache, and who evicted the
+//!                                   program's lines (misses.rs)
 //! ```
 //!
 //! `relay` and `truth` serve programs nobody here wrote (tests/vm/debian-app.sh): see
@@ -38,6 +40,7 @@ use pghot_workload::pattern::{PAGE_SIZE, Plan};
 
 mod btf;
 mod maps;
+mod misses;
 mod pagemap;
 mod reach;
 mod records;
@@ -607,7 +610,11 @@ fn main() -> ExitCode {
         },
         Some("truth") if args.len() >= 2 => truth::report(&args[1..]),
         Some("taskchan") if args.len() == 1 => taskchan::run(),
-        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [--only PID,...] [EXCLUDE-PID...] | snap PID FILE | truth SNAP... | taskchan".into()),
+        Some("misses") if args.len() == 2 => match args[1].parse() {
+            Ok(pid) => misses::report(pid),
+            Err(_) => Err(format!("misses: bad pid {}", args[1])),
+        },
+        _ => Err("usage: pgibs-guest ctl COMMAND... | check [--period N] -- WORKLOAD-ARGV... | relay FIFO PERIOD STATS [--only PID,...] [EXCLUDE-PID...] | snap PID FILE | truth SNAP... | taskchan | misses APP-PID".into()),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
