@@ -73,6 +73,8 @@ Options:
   --cache-kb N          --app: the plugin's modelled cache per vCPU in KiB (default 1024;
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
+  --cache-ways N        --app: its ways per set, LRU (default 8, as a core's L2; 1 is the
+                        direct-mapped cache of the runs before 2026-12-05)
   --profile             --app: add linux-perf and libc6-dbg to the image and sample every
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
@@ -112,6 +114,7 @@ rounds=6
 round_ops=20000
 period=
 cache_kb=1024
+cache_ways=8
 hot_keys=2048
 pipeline=16
 pghotd_set=()
@@ -140,6 +143,7 @@ while [ $# -gt 0 ]; do
 	--round-ops) need_arg "$@"; round_ops=$2; shift ;;
 	--period) need_arg "$@"; period=$2; shift ;;
 	--cache-kb) need_arg "$@"; cache_kb=$2; shift ;;
+	--cache-ways) need_arg "$@"; cache_ways=$2; shift ;;
 	--hot-keys) need_arg "$@"; hot_keys=$2; shift ;;
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
@@ -182,7 +186,7 @@ fast_ns=${fast_ns:-$((143 * dilation))}
 # The guest runs D times slower, so a hardware period's samples per second of the program's run
 # take a D times shorter period (tests/vm/README.md, "Time dilation").
 period=${period:-$((10000 / (dilation > 0 ? dilation : 1)))}
-for v in slow_ns fast_ns rounds round_ops period cache_kb hot_keys pipeline; do
+for v in slow_ns fast_ns rounds round_ops period cache_kb cache_ways hot_keys pipeline; do
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
@@ -319,6 +323,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_SLOW_NS=$slow_ns"
 	echo "RIG_FAST_NS=$fast_ns"
 	echo "RIG_CACHE_KB=$cache_kb"
+	echo "RIG_CACHE_WAYS=$cache_ways"
 	echo "RIG_PERIOD=$period"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	echo "RIG_PROFILE=$profile"
@@ -389,7 +394,7 @@ for run in "${runs[@]}"; do
 		# by_task: whose misses, and who evicted the program's lines (RESULT's `misses`).
 		by_task=()
 		[ "$cache_kb" = 0 ] || by_task=(by_task=1)
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" "${by_task[@]}"
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" cache_ways="$cache_ways" "${by_task[@]}"
 	fi
 	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"
 	console=$work/$name.console

@@ -15,14 +15,15 @@
 //! atomics all the same).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// The cause of a miss that is no refetch.
 pub const NONE: u32 = u32::MAX;
-/// (task, cause) pairs one vCPU can count; a phase of the Redis rig had a few hundred.
-const PAIRS: usize = 4096;
+/// (task, cause) pairs one vCPU can count: a Redis phase of the rig filled 4,096 (every
+/// round's redis-benchmark and the rig's own short-lived tools are tasks of their own).
+const PAIRS: usize = 16384;
 /// Slots tried before a new pair is given up (and counted in `overflow`).
-const PROBES: usize = 32;
+const PROBES: usize = 64;
 
 /// One counted (task, cause) pair: `key` is `task | cause << 32`, plus one (0 is empty).
 struct Pair {
@@ -34,11 +35,10 @@ struct Pair {
 /// Misses per (task, cause), summed over vCPUs: `(user, kernel)` accesses.
 pub type Tally = HashMap<(u32, u32), (u64, u64)>;
 
-/// One vCPU's attribution, beside its modelled cache (same slots).
+/// One vCPU's attribution, beside its modelled cache (one record per set; the task that
+/// filled each line is kept in the cache's own words).
 pub struct ByTask {
-    /// The task whose miss filled each slot.
-    owner: Box<[AtomicU32]>,
-    /// The line (tag as the cache keeps it: line number + 1) each slot last evicted; 0: none.
+    /// The line (tag as the cache keeps it: line number + 1) each set last evicted; 0: none.
     victim: Box<[AtomicU64]>,
     /// Who had that line and who evicted it: `owner | evictor << 32`.
     victim_who: Box<[AtomicU64]>,
@@ -54,11 +54,10 @@ fn bump(c: &AtomicU64) {
 }
 
 impl ByTask {
-    pub fn new(slots: usize) -> ByTask {
+    pub fn new(sets: usize) -> ByTask {
         ByTask {
-            owner: (0..slots).map(|_| AtomicU32::new(0)).collect(),
-            victim: (0..slots).map(|_| AtomicU64::new(0)).collect(),
-            victim_who: (0..slots).map(|_| AtomicU64::new(0)).collect(),
+            victim: (0..sets).map(|_| AtomicU64::new(0)).collect(),
+            victim_who: (0..sets).map(|_| AtomicU64::new(0)).collect(),
             pairs: (0..PAIRS)
                 .map(|_| Pair {
                     key: AtomicU64::new(0),
@@ -70,10 +69,10 @@ impl ByTask {
         }
     }
 
-    /// Task `task` missed on the line tagged `tag` in `slot`, evicting the line tagged `old`
-    /// (0: the slot was empty).
+    /// Task `task` missed on the line tagged `tag` in set `slot`, evicting the line tagged
+    /// `old` (0: the way was empty) that task `had` brought in.
     #[inline]
-    pub fn on_miss(&self, slot: usize, old: u64, tag: u64, task: u32, user: bool) {
+    pub fn on_miss(&self, slot: usize, old: u64, had: u32, tag: u64, task: u32, user: bool) {
         let who = self.victim_who[slot].load(Relaxed);
         let cause = if self.victim[slot].load(Relaxed) == tag && who as u32 == task {
             (who >> 32) as u32
@@ -82,10 +81,8 @@ impl ByTask {
         };
         if old != 0 {
             self.victim[slot].store(old, Relaxed);
-            let had = self.owner[slot].load(Relaxed);
             self.victim_who[slot].store(u64::from(had) | u64::from(task) << 32, Relaxed);
         }
-        self.owner[slot].store(task, Relaxed);
         self.count(task, cause, user);
     }
 
@@ -171,7 +168,7 @@ mod tests {
         t
     }
 
-    /// Worked by hand on one slot: task 7 fills it with line A; 9's miss on B evicts A; 7's
+    /// Worked by hand on one set of one way: task 7 fills it with line A; 9's miss on B evicts A; 7's
     /// miss on A is a refetch caused by 9 (and evicts B); 9's miss on B, through a kernel
     /// address, is a refetch caused by 7; 7's miss on C evicts B; 7's miss on A then is no
     /// refetch (the slot remembers only B); 7's miss on C is a refetch of its own (cause 7).
@@ -179,13 +176,14 @@ mod tests {
     fn a_refetch_names_the_task_whose_miss_evicted_the_line() {
         let b = ByTask::new(4);
         let (a, bb, c) = (0x41, 0x45, 0x49);
-        b.on_miss(1, 0, a, 7, true);
-        b.on_miss(1, a, bb, 9, true);
-        b.on_miss(1, bb, a, 7, true);
-        b.on_miss(1, a, bb, 9, false);
-        b.on_miss(1, bb, c, 7, true);
-        b.on_miss(1, c, a, 7, true);
-        b.on_miss(1, a, c, 7, true);
+        // (evicted line, who had brought it in): one way, so the previous miss's.
+        b.on_miss(1, 0, 0, a, 7, true);
+        b.on_miss(1, a, 7, bb, 9, true);
+        b.on_miss(1, bb, 9, a, 7, true);
+        b.on_miss(1, a, 7, bb, 9, false);
+        b.on_miss(1, bb, 9, c, 7, true);
+        b.on_miss(1, c, 7, a, 7, true);
+        b.on_miss(1, a, 7, c, 7, true);
         let t = tally(&b);
         let want: Tally = [
             ((7, NONE), (3, 0)),
@@ -204,7 +202,7 @@ mod tests {
     fn pairs_past_the_table_are_counted_as_overflow() {
         let b = ByTask::new(1);
         for task in 0..(PAIRS as u32 + 100) {
-            b.on_miss(0, 0, 1, task, true);
+            b.on_miss(0, 0, 0, 1, task, true);
         }
         let t = tally(&b);
         let counted: u64 = t.values().map(|&(u, _)| u).sum();

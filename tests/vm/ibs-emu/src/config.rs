@@ -47,6 +47,8 @@ pub struct Config {
     /// one, only accesses that miss it are counted per page, add to the modelled clock, pay
     /// the slow node's delay and are sampled (README.md, "The modelled cache").
     pub cache_kb: u64,
+    /// Ways per set of the modelled cache (a power of two, 1..=16; 1 is direct-mapped).
+    pub cache_ways: usize,
     /// Count the modelled cache's misses per task and cause (`by_task=1`; needs `cache_kb`
     /// and the task channel to name anyone): README.md, "Whose misses".
     pub by_task: bool,
@@ -115,6 +117,7 @@ impl Default for Config {
             probe: 3,
             armed: true,
             cache_kb: 0,
+            cache_ways: 1,
             by_task: false,
         }
     }
@@ -154,6 +157,7 @@ impl Config {
                 "probe" => c.probe = num()?.min(3) as u8,
                 "armed" => c.armed = num()? != 0,
                 "cache_kb" => c.cache_kb = num()?,
+                "cache_ways" => c.cache_ways = num()? as usize,
                 "by_task" => c.by_task = num()? != 0,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
@@ -185,6 +189,18 @@ impl Config {
             return Err(format!(
                 "cache_kb={}: 0 (none) or a power of two up to 1048576",
                 c.cache_kb
+            ));
+        }
+        if !c.cache_ways.is_power_of_two() || c.cache_ways > 16 {
+            return Err(format!(
+                "cache_ways={}: a power of two from 1 to 16",
+                c.cache_ways
+            ));
+        }
+        if c.cache_kb != 0 && (c.cache_kb << 10) / 64 < c.cache_ways as u64 {
+            return Err(format!(
+                "cache_kb={} holds fewer lines than cache_ways={}",
+                c.cache_kb, c.cache_ways
             ));
         }
         if c.by_task && c.cache_kb == 0 {

@@ -24,6 +24,10 @@ pub const USER_TOP: u64 = 0x0000_8000_0000_0000;
 pub const PAGE_SHIFT: u32 = 12;
 /// Bytes of a cache line of the modelled cache.
 const LINE: u64 = 64;
+/// Bits of a modelled cache word that hold the line's tag (guest-physical addresses below
+/// 2^46); the task that filled it sits above (tgids are below 2^22, PID_MAX_LIMIT).
+const TAG_BITS: u32 = 40;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 
 /// One sample as it goes out on the samples socket (see `ring` for the wire form).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +73,12 @@ pub struct Vcpu {
     pub hits: AtomicU64,
     /// Samples discarded because their access hit the modelled cache.
     pub filtered: AtomicU64,
-    /// The modelled cache: direct-mapped, one tag (cache line number + 1; 0 is empty) per
-    /// 64-byte line; empty without one.
+    /// The modelled cache: `ways` words per set, most recently used first; a word is the
+    /// line's tag (cache line number + 1; 0 is empty) and, above `TAG_BITS`, the tgid whose
+    /// miss brought it in (the task channel's; for `by_task`). Empty without a cache.
     cache: Box<[AtomicU64]>,
+    /// Ways per set of the modelled cache (a power of two; 1 is direct-mapped).
+    ways: usize,
     /// Accesses per guest-physical 4 KiB page.
     pub pages: Box<[AtomicU32]>,
     pub ring: Ring,
@@ -87,23 +94,43 @@ pub struct Vcpu {
 
 impl Vcpu {
     /// Looks `paddr`'s line up in the modelled cache and fills it on a miss; false without a
-    /// cache. Direct-mapped: one load, one compare, at most one store (and, with `by_task`,
-    /// the miss's attribution).
+    /// cache. LRU within the set, kept by order: a hit in the first way (the usual one: the
+    /// line just used) is one load and a compare; a hit further in moves its word to the
+    /// front, and a miss shifts the set by one (the last word is the one evicted) and puts
+    /// the new line first (and, with `by_task`, attributes the miss).
     #[inline(always)]
     fn cache_hit(&self, paddr: u64, user: bool) -> bool {
         if self.cache.is_empty() {
             return false;
         }
         let line = paddr / LINE;
-        let i = (line as usize) & (self.cache.len() - 1);
-        let slot = &self.cache[i];
-        let old = slot.load(Relaxed);
-        if old == line + 1 {
+        let tag = line + 1;
+        let set = (line as usize) & (self.cache.len() / self.ways - 1);
+        let words = &self.cache[set * self.ways..(set + 1) * self.ways];
+        let mut carry = words[0].load(Relaxed);
+        if carry & TAG_MASK == tag {
             return true;
         }
-        slot.store(line + 1, Relaxed);
+        for w in &words[1..] {
+            let word = w.load(Relaxed);
+            w.store(carry, Relaxed);
+            if word & TAG_MASK == tag {
+                words[0].store(word, Relaxed);
+                return true;
+            }
+            carry = word;
+        }
+        let task = self.task.load(Relaxed);
+        words[0].store(tag | u64::from(task) << TAG_BITS, Relaxed);
         if let Some(b) = &self.by_task {
-            b.on_miss(i, old, line + 1, self.task.load(Relaxed), user);
+            b.on_miss(
+                set,
+                carry & TAG_MASK,
+                (carry >> TAG_BITS) as u32,
+                tag,
+                task,
+                user,
+            );
         }
         false
     }
@@ -204,13 +231,15 @@ impl State {
                     cache: (0..(cfg.cache_kb << 10) / LINE)
                         .map(|_| AtomicU64::new(0))
                         .collect(),
+                    ways: cfg.cache_ways,
                     pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
                     ring: Ring::new(cfg.ring),
                     task: AtomicU32::new(0),
                     switches: AtomicU64::new(0),
                     with_task: AtomicU64::new(0),
-                    by_task: (cfg.by_task && cfg.cache_kb != 0)
-                        .then(|| ByTask::new(((cfg.cache_kb << 10) / LINE) as usize)),
+                    by_task: (cfg.by_task && cfg.cache_kb != 0).then(|| {
+                        ByTask::new(((cfg.cache_kb << 10) / LINE) as usize / cfg.cache_ways)
+                    }),
                 };
                 v.countdown.store(reload(cfg.period, &v.rng), Relaxed);
                 v
@@ -593,6 +622,71 @@ mod tests {
         }
         let t = s.totals(&s.page_counts());
         assert!(t.samples_dropped > 80, "{t:?}");
+    }
+
+    /// A 1 KiB cache of 2 ways has 8 sets: lines 0x40, 0x48 and 0x50 (0x1000, 0x1200,
+    /// 0x1400) all fall in set 0. By hand, LRU: 0x1000 miss, 0x1200 miss, 0x1000 hit (now
+    /// first), 0x1400 miss evicting 0x1200 (the least recent; FIFO would evict 0x1000),
+    /// 0x1000 hit, 0x1200 miss evicting 0x1400, 0x1400 miss evicting 0x1000, 0x1200 hit. One
+    /// way (16 sets: 0x1200 alone in set 8): 0x1400 evicts 0x1000 and the reverse.
+    #[test]
+    fn the_modelled_cache_is_lru_within_a_set() {
+        let seq = [
+            0x1000, 0x1200, 0x1000, 0x1400, 0x1000, 0x1200, 0x1400, 0x1200,
+        ];
+        let run = |ways| {
+            let cfg = Config {
+                ram_mb: 1,
+                ring: 16,
+                cache_kb: 1,
+                cache_ways: ways,
+                ..Config::default()
+            };
+            let s = State::new(cfg, 1);
+            seq.map(|p| s.vcpus[0].cache_hit(p, true))
+        };
+        let (m, h) = (false, true);
+        assert_eq!(run(2), [m, m, h, m, h, m, m, h]);
+        assert_eq!(run(1), [m, m, h, m, m, h, m, h]);
+    }
+
+    /// The task that filled a line moves with it inside the set: in a 2-way set 0, 200's
+    /// miss on 0x1400 evicts its own 0x1200 (100's 0x1000 was used since), so 200's miss on
+    /// 0x1200 is a refetch of its own and evicts 100's 0x1000; 100's miss on it then names 200.
+    #[test]
+    fn a_lines_owner_moves_with_it_inside_the_set() {
+        let cfg = Config {
+            period: 1 << 20,
+            ram_mb: 1,
+            ring: 16,
+            cache_kb: 1,
+            cache_ways: 2,
+            by_task: true,
+            ..Config::default()
+        };
+        let s = State::new(cfg, 1);
+        let base = 0xffff_c900_0010_0000;
+        s.set_task_channel(base, 1 << 22);
+        for (task, paddr) in [
+            (100, 0x1000),
+            (200, 0x1200),
+            (100, 0x1000),
+            (200, 0x1400),
+            (200, 0x1200),
+            (100, 0x1000),
+        ] {
+            s.task_switch(0, base + task, || true);
+            s.on_access(0, 0x7000, paddr, || false);
+        }
+        let want: Tally = [
+            ((100, bytask::NONE), (1, 0)),
+            ((200, bytask::NONE), (2, 0)),
+            ((200, 200), (1, 0)),
+            ((100, 200), (1, 0)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(s.by_task().unwrap(), (want, 0));
     }
 
     /// With `by_task`, the vCPU's task as the channel names it owns its misses: lines 0x1000
