@@ -74,7 +74,7 @@ Options:
                         0: none): only accesses that miss it reach memory, pay the slow
                         node's delay, count as ground truth and are sampled
   --cache-ways N        --app: its ways per set, LRU (default 8, as a core's L2; 1 is the
-                        direct-mapped cache of the runs before 2026-12-05)
+                        direct-mapped cache of the runs before 4a4cfe7)
   --profile             --app: add linux-perf and libc6-dbg to the image and sample every
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
