@@ -77,8 +77,10 @@ pub struct Vcpu {
     /// line's tag (cache line number + 1; 0 is empty) and, above `TAG_BITS`, the tgid whose
     /// miss brought it in (the task channel's; for `by_task`). Empty without a cache.
     cache: Box<[AtomicU64]>,
-    /// Ways per set of the modelled cache (a power of two; 1 is direct-mapped).
-    ways: usize,
+    /// Ways per set of the modelled cache (a power of two; 1 is direct-mapped), as a shift.
+    way_shift: u32,
+    /// Sets of the modelled cache less one (a power of two less one: the index mask).
+    set_mask: usize,
     /// Accesses per guest-physical 4 KiB page.
     pub pages: Box<[AtomicU32]>,
     pub ring: Ring,
@@ -105,8 +107,8 @@ impl Vcpu {
         }
         let line = paddr / LINE;
         let tag = line + 1;
-        let set = (line as usize) & (self.cache.len() / self.ways - 1);
-        let words = &self.cache[set * self.ways..(set + 1) * self.ways];
+        let set = (line as usize) & self.set_mask;
+        let words = &self.cache[set << self.way_shift..(set + 1) << self.way_shift];
         let mut carry = words[0].load(Relaxed);
         if carry & TAG_MASK == tag {
             return true;
@@ -231,7 +233,9 @@ impl State {
                     cache: (0..(cfg.cache_kb << 10) / LINE)
                         .map(|_| AtomicU64::new(0))
                         .collect(),
-                    ways: cfg.cache_ways,
+                    way_shift: cfg.cache_ways.trailing_zeros(),
+                    set_mask: (((cfg.cache_kb << 10) / LINE) as usize / cfg.cache_ways)
+                        .saturating_sub(1),
                     pages: (0..n_pages).map(|_| AtomicU32::new(0)).collect(),
                     ring: Ring::new(cfg.ring),
                     task: AtomicU32::new(0),
