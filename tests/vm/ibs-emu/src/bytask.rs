@@ -35,12 +35,16 @@ struct Pair {
 /// Misses per (task, cause), summed over vCPUs: `(user, kernel)` accesses.
 pub type Tally = HashMap<(u32, u32), (u64, u64)>;
 
-/// One vCPU's attribution, beside its modelled cache (one record per set; the task that
-/// filled each line is kept in the cache's own words).
+/// One vCPU's attribution, beside its modelled cache: per set, the lines it last evicted, as
+/// many as it has ways, newest first (a shadow of the set's next `ways` LRU positions, so a
+/// miss is a refetch when a cache of twice the ways would have hit); the task that filled each
+/// line is kept in the cache's own words.
 pub struct ByTask {
-    /// The line (tag as the cache keeps it: line number + 1) each set last evicted; 0: none.
+    /// How many evicted lines each set remembers (the cache's ways).
+    depth: usize,
+    /// The lines (tags as the cache keeps them: line number + 1) each set evicted; 0: none.
     victim: Box<[AtomicU64]>,
-    /// Who had that line and who evicted it: `owner | evictor << 32`.
+    /// Who had each and who evicted it: `owner | evictor << 32`.
     victim_who: Box<[AtomicU64]>,
     pairs: Box<[Pair]>,
     /// Misses of pairs that found no free slot.
@@ -54,10 +58,13 @@ fn bump(c: &AtomicU64) {
 }
 
 impl ByTask {
-    pub fn new(sets: usize) -> ByTask {
+    /// For a cache of `sets` sets of `ways` ways.
+    pub fn new(sets: usize, ways: usize) -> ByTask {
+        let n = sets * ways;
         ByTask {
-            victim: (0..sets).map(|_| AtomicU64::new(0)).collect(),
-            victim_who: (0..sets).map(|_| AtomicU64::new(0)).collect(),
+            depth: ways,
+            victim: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            victim_who: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pairs: (0..PAIRS)
                 .map(|_| Pair {
                     key: AtomicU64::new(0),
@@ -69,19 +76,31 @@ impl ByTask {
         }
     }
 
-    /// Task `task` missed on the line tagged `tag` in set `slot`, evicting the line tagged
+    /// Task `task` missed on the line tagged `tag` in set `set`, evicting the line tagged
     /// `old` (0: the way was empty) that task `had` brought in.
     #[inline]
-    pub fn on_miss(&self, slot: usize, old: u64, had: u32, tag: u64, task: u32, user: bool) {
-        let who = self.victim_who[slot].load(Relaxed);
-        let cause = if self.victim[slot].load(Relaxed) == tag && who as u32 == task {
-            (who >> 32) as u32
-        } else {
-            NONE
+    pub fn on_miss(&self, set: usize, old: u64, had: u32, tag: u64, task: u32, user: bool) {
+        let tags = &self.victim[set * self.depth..(set + 1) * self.depth];
+        let whos = &self.victim_who[set * self.depth..(set + 1) * self.depth];
+        // The newest eviction of this line decides: it is the one the line is missing for.
+        let cause = match tags.iter().position(|t| t.load(Relaxed) == tag) {
+            Some(i) => {
+                let who = whos[i].load(Relaxed);
+                if who as u32 == task {
+                    (who >> 32) as u32
+                } else {
+                    NONE
+                }
+            }
+            None => NONE,
         };
         if old != 0 {
-            self.victim[slot].store(old, Relaxed);
-            self.victim_who[slot].store(u64::from(had) | u64::from(task) << 32, Relaxed);
+            for i in (1..self.depth).rev() {
+                tags[i].store(tags[i - 1].load(Relaxed), Relaxed);
+                whos[i].store(whos[i - 1].load(Relaxed), Relaxed);
+            }
+            tags[0].store(old, Relaxed);
+            whos[0].store(u64::from(had) | u64::from(task) << 32, Relaxed);
         }
         self.count(task, cause, user);
     }
@@ -174,7 +193,7 @@ mod tests {
     /// refetch (the slot remembers only B); 7's miss on C is a refetch of its own (cause 7).
     #[test]
     fn a_refetch_names_the_task_whose_miss_evicted_the_line() {
-        let b = ByTask::new(4);
+        let b = ByTask::new(4, 1);
         let (a, bb, c) = (0x41, 0x45, 0x49);
         // (evicted line, who had brought it in): one way, so the previous miss's.
         b.on_miss(1, 0, 0, a, 7, true);
@@ -198,9 +217,36 @@ mod tests {
         assert_eq!(b.overflow.load(Relaxed), 0);
     }
 
+    /// Two ways, so a set remembers its last two evictions, newest first. By hand: 9 evicts
+    /// 7's A, then 9's own B; 7 missing on A finds it second in the shadow (cause 9); 9
+    /// missing on B finds it first (itself); 5 missing on A, which 7 had, is no refetch of
+    /// 5's; C was never evicted.
+    #[test]
+    fn a_set_remembers_as_many_evictions_as_it_has_ways() {
+        let b = ByTask::new(2, 2);
+        let (a, bb, c) = (0x41, 0x45, 0x49);
+        b.on_miss(1, a, 7, 0x51, 9, true);
+        b.on_miss(1, bb, 9, 0x55, 9, true);
+        b.on_miss(1, 0, 0, a, 7, true);
+        b.on_miss(1, 0, 0, bb, 9, false);
+        b.on_miss(1, 0, 0, a, 5, true);
+        b.on_miss(1, 0, 0, c, 7, true);
+        let t = tally(&b);
+        let want: Tally = [
+            ((9, NONE), (2, 0)),
+            ((7, 9), (1, 0)),
+            ((9, 9), (0, 1)),
+            ((5, NONE), (1, 0)),
+            ((7, NONE), (1, 0)),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(t, want);
+    }
+
     #[test]
     fn pairs_past_the_table_are_counted_as_overflow() {
-        let b = ByTask::new(1);
+        let b = ByTask::new(1, 1);
         for task in 0..(PAIRS as u32 + 100) {
             b.on_miss(0, 0, 0, 1, task, true);
         }

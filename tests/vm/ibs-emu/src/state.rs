@@ -242,7 +242,8 @@ impl State {
                     switches: AtomicU64::new(0),
                     with_task: AtomicU64::new(0),
                     by_task: (cfg.by_task && cfg.cache_kb != 0).then(|| {
-                        ByTask::new(((cfg.cache_kb << 10) / LINE) as usize / cfg.cache_ways)
+                        let lines = ((cfg.cache_kb << 10) / LINE) as usize;
+                        ByTask::new(lines / cfg.cache_ways, cfg.cache_ways)
                     }),
                 };
                 v.countdown.store(reload(cfg.period, &v.rng), Relaxed);
