@@ -190,6 +190,7 @@ for v in slow_ns fast_ns rounds round_ops period cache_kb cache_ways hot_keys pi
 	[[ ${!v} =~ ^[0-9]+$ ]] || { log "--${v//_/-} must be a whole number"; usage; }
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
+case $cache_ways in 1 | 2 | 4 | 8 | 16) ;; *) log "--cache-ways must be 1, 2, 4, 8 or 16"; usage ;; esac
 [ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
 [[ $vcpus =~ ^[2-8]$ ]] || { log "--vcpus must be a whole number from 2 to 8"; usage; }
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] && [ "$repeat" -le 20 ] || { log "--repeat must be a whole number from 1 to 20"; usage; }
