@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use pghotd::safefs::read_text;
+use serde_json::{Value, json};
 
 use crate::{Ctl, Res};
 
@@ -87,40 +88,22 @@ fn comm_of(tgid: u32) -> String {
     }
 }
 
-/// A JSON string (comms may hold any byte but NUL and '/': quotes, backslashes, controls).
-fn json_str(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// (user, kernel) per name, most misses first, at most `limit`.
-fn ranked(m: HashMap<String, (u64, u64)>, limit: usize) -> Vec<(String, (u64, u64))> {
+/// (user, kernel) per name, the `limit` names with most misses (JSON objects list their keys
+/// in name order; the counts say which came first).
+fn top(m: HashMap<String, (u64, u64)>, limit: usize) -> Value {
     let mut v: Vec<_> = m.into_iter().collect();
     v.sort_by(|a, b| (b.1.0 + b.1.1).cmp(&(a.1.0 + a.1.1)).then(a.0.cmp(&b.0)));
     v.truncate(limit);
-    v
-}
-
-fn pairs_json(v: &[(String, (u64, u64))]) -> String {
-    let items: Vec<String> = v
-        .iter()
-        .map(|(name, (u, k))| format!("{}:[{u},{k}]", json_str(name)))
-        .collect();
-    format!("{{{}}}", items.join(","))
+    Value::Object(
+        v.into_iter()
+            .map(|(n, (u, k))| (n, json!([u, k])))
+            .collect(),
+    )
 }
 
 /// The summary: every task's misses by name (the ten with most), and the program's own
 /// split into no refetch, its own evictions and each other name's.
-pub fn summary(m: &Misses, app: u32, name: impl Fn(u32) -> String) -> String {
+pub fn summary(m: &Misses, app: u32, name: impl Fn(u32) -> String) -> Value {
     let mut names: HashMap<u32, String> = HashMap::new();
     let mut name_of = |tgid: u32| names.entry(tgid).or_insert_with(|| name(tgid)).clone();
     let mut tasks: HashMap<String, (u64, u64)> = HashMap::new();
@@ -142,20 +125,17 @@ pub fn summary(m: &Misses, app: u32, name: impl Fn(u32) -> String) -> String {
             Some(c) => add(by.entry(name_of(c)).or_default(), p),
         }
     }
-    format!(
-        "{{\"overflow\":{},\"unlisted\":[{},{}],\"by_task\":{},\"app\":{{\"misses\":[{},{}],\"no_refetch\":[{},{}],\"refetch_self\":[{},{}],\"refetch_by\":{}}}}}",
-        m.overflow,
-        m.rest.0,
-        m.rest.1,
-        pairs_json(&ranked(tasks, 10)),
-        app_all.0,
-        app_all.1,
-        app_cold.0,
-        app_cold.1,
-        app_self.0,
-        app_self.1,
-        pairs_json(&ranked(by, 10)),
-    )
+    json!({
+        "overflow": m.overflow,
+        "unlisted": [m.rest.0, m.rest.1],
+        "by_task": top(tasks, 10),
+        "app": {
+            "misses": [app_all.0, app_all.1],
+            "no_refetch": [app_cold.0, app_cold.1],
+            "refetch_self": [app_self.0, app_self.1],
+            "refetch_by": top(by, 10),
+        },
+    })
 }
 
 /// Asks the plugin and prints `PGIBS-MISSES {json}`.
@@ -207,10 +187,27 @@ mod tests {
         }
     }
 
+    /// Twelve names with 1..=12 misses: the ten with most stay, 1 and 2 go.
+    #[test]
+    fn only_the_ten_names_with_most_misses_are_kept() {
+        let m: HashMap<String, (u64, u64)> =
+            (1..=12u64).map(|n| (format!("t{n}"), (n, 0))).collect();
+        let Value::Object(kept) = top(m, 10) else {
+            panic!("not an object")
+        };
+        let mut names: Vec<&str> = kept.keys().map(String::as_str).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "t10", "t11", "t12", "t3", "t4", "t5", "t6", "t7", "t8", "t9"
+            ]
+        );
+    }
+
     /// By hand: the program (tgid 5) missed 7+1 with no refetch, 4 fetching again lines the
     /// daemon (9) evicted, 2 of its own; the daemon and a second daemon process of the same
-    /// name sum under one name (14 misses, as many as the program's: the tie goes by name);
-    /// the idle tgid 0 is named.
+    /// name sum under one name; the idle tgid 0 is named.
     #[test]
     fn the_summary_names_who_evicted_the_programs_lines() {
         let m = parse(
@@ -223,11 +220,25 @@ mod tests {
             0 => "(idle)".to_string(),
             _ => "(exited)".to_string(),
         };
+        let got = summary(&m, 5, name);
         assert_eq!(
-            summary(&m, 5, name),
-            "{\"overflow\":0,\"unlisted\":[0,0],\"by_task\":{\"pghotd\":[11,3],\"redis-server\":[13,1],\"(idle)\":[0,6]},\"app\":{\"misses\":[13,1],\"no_refetch\":[7,1],\"refetch_self\":[2,0],\"refetch_by\":{\"pghotd\":[4,0]}}}"
+            got,
+            json!({
+                "overflow": 0,
+                "unlisted": [0, 0],
+                "by_task": {"redis-server": [13, 1], "pghotd": [11, 3], "(idle)": [0, 6]},
+                "app": {
+                    "misses": [13, 1],
+                    "no_refetch": [7, 1],
+                    "refetch_self": [2, 0],
+                    "refetch_by": {"pghotd": [4, 0]},
+                },
+            })
         );
-        assert_eq!(json_str("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
+        // A comm with a quote, a backslash and a control character stays one JSON string.
+        let odd = summary(&m, 5, |_| "a\"b\\c\u{1}".to_string()).to_string();
+        let back: Value = serde_json::from_str(&odd).unwrap();
+        assert_eq!(back["by_task"]["a\"b\\c\u{1}"], json!([24, 10]));
         assert_eq!(comm_of(0), "(idle)");
         assert_ne!(comm_of(std::process::id()), "(exited)");
         assert_eq!(comm_of(u32::MAX - 1), "(exited)");
