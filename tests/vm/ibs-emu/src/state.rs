@@ -512,6 +512,32 @@ mod tests {
         State::new(cfg, 2)
     }
 
+    const CHANNEL: u64 = 0xffff_c900_0010_0000;
+
+    /// One vCPU with a 1 KiB cache of `ways` ways, `by_task` on and the task channel set.
+    fn tasked_cache(ways: usize) -> State {
+        let s = State::new(
+            Config {
+                period: 1 << 20,
+                ram_mb: 4,
+                ring: 16,
+                cache_kb: 1,
+                cache_ways: ways,
+                by_task: true,
+                ..Config::default()
+            },
+            1,
+        );
+        s.set_task_channel(CHANNEL, 1 << 22);
+        s
+    }
+
+    /// `task` switched in on vCPU 0, then one access.
+    fn access_as(s: &State, task: u64, vaddr: u64, paddr: u64) {
+        s.task_switch(0, CHANNEL + task, || true);
+        s.on_access(0, vaddr, paddr, || false);
+    }
+
     #[test]
     fn counts_pages_and_user_accesses() {
         let s = state(10_000);
@@ -660,18 +686,7 @@ mod tests {
     /// 0x1200 is a refetch of its own and evicts 100's 0x1000; 100's miss on it then names 200.
     #[test]
     fn a_lines_owner_moves_with_it_inside_the_set() {
-        let cfg = Config {
-            period: 1 << 20,
-            ram_mb: 1,
-            ring: 16,
-            cache_kb: 1,
-            cache_ways: 2,
-            by_task: true,
-            ..Config::default()
-        };
-        let s = State::new(cfg, 1);
-        let base = 0xffff_c900_0010_0000;
-        s.set_task_channel(base, 1 << 22);
+        let s = tasked_cache(2);
         for (task, paddr) in [
             (100, 0x1000),
             (200, 0x1200),
@@ -680,8 +695,7 @@ mod tests {
             (200, 0x1200),
             (100, 0x1000),
         ] {
-            s.task_switch(0, base + task, || true);
-            s.on_access(0, 0x7000, paddr, || false);
+            access_as(&s, task, 0x7000, paddr);
         }
         let want: Tally = [
             ((100, bytask::NONE), (1, 0)),
@@ -695,27 +709,15 @@ mod tests {
     }
 
     /// With `by_task`, the vCPU's task as the channel names it owns its misses: lines 0x1000
-    /// and 0x1400 share slot 0 of a 1 KiB cache (see the test above), so task 200's miss on
+    /// and 0x1400 share slot 0 of a 1 KiB direct-mapped cache (see
+    /// `the_modelled_cache_counts_only_misses_and_filters_samples_on_hits`), so task 200's miss on
     /// 0x1400 evicts task 100's 0x1000 and 100's next miss on it is a refetch caused by 200;
     /// 100's kernel-address miss on 0x1400 then is none (the line was 200's). RESET starts
     /// the count again.
     #[test]
     fn misses_are_counted_per_task_and_the_evicting_task() {
-        let cfg = Config {
-            period: 1 << 20,
-            ram_mb: 4,
-            ring: 16,
-            cache_kb: 1,
-            by_task: true,
-            ..Config::default()
-        };
-        let s = State::new(cfg, 1);
-        let base = 0xffff_c900_0010_0000;
-        s.set_task_channel(base, 1 << 22);
-        let run = |task: u64, vaddr: u64, paddr: u64| {
-            s.task_switch(0, base + task, || true);
-            s.on_access(0, vaddr, paddr, || false);
-        };
+        let s = tasked_cache(1);
+        let run = |task, vaddr, paddr| access_as(&s, task, vaddr, paddr);
         run(100, 0x7000, 0x1000);
         run(200, 0x7000, 0x1400);
         run(100, 0x7000, 0x1000);
