@@ -37,7 +37,7 @@ use crate::sampler::{Source, SourceError};
 use crate::scope::Scope;
 use crate::scope::guard::GuardedMover;
 use crate::scope::{ProcFs, ScopeError, ScopeTracker};
-use crate::stats::{Counter, StatsSnapshot};
+use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::stop::StopToken;
 use crate::topology::{SysfsRoot, Topology, TopologyError};
 
@@ -331,6 +331,9 @@ impl Listeners {
     }
 }
 
+/// The watching threads by name (`None`: not started, e.g. no sd_notify socket).
+type Background = Vec<(&'static str, Option<std::thread::JoinHandle<()>>)>;
+
 /// Every thread of a running daemon, and what stops them.
 struct Running {
     pipeline: Pipeline,
@@ -341,7 +344,7 @@ struct Running {
     stop: StopToken,
     /// Stops the scope refresher and the sd_notify status thread.
     background_stop: StopToken,
-    background: Vec<(&'static str, Option<std::thread::JoinHandle<()>>)>,
+    background: Background,
     signals: signal_hook::iterator::Handle,
     control: Vec<ControlServer>,
     metrics: Option<MetricsServer>,
@@ -407,13 +410,43 @@ fn start(
         }
     );
 
-    let background_stop = StopToken::new();
     let status = crate::service::StatusLine {
         sources: sources.len(),
         migrators: migrators.len(),
         scope: tracker.selector().describe(),
         dry_run: config.migrator.dry_run,
     };
+    let (background_stop, background) = start_background(
+        config,
+        tracker,
+        conflicts,
+        status,
+        Arc::clone(&pipeline.stats),
+    )?;
+    Ok(Running {
+        pipeline,
+        events,
+        sources,
+        migrators,
+        stop,
+        background_stop,
+        background,
+        signals,
+        control,
+        metrics,
+    })
+}
+
+/// The threads that watch rather than work: the scope refresher, the conflicts check and the
+/// sd_notify status, and the token that stops them.
+fn start_background(
+    config: &Config,
+    tracker: ScopeTracker,
+    conflicts: Arc<Conflicts>,
+    status: crate::service::StatusLine,
+    stats: Arc<Stats>,
+) -> Result<(StopToken, Background), DaemonError> {
+    let background_stop = StopToken::new();
     let scope_thread = tracker.spawn(
         Duration::from_millis(u64::from(config.scope_refresh_ms)),
         background_stop.clone(),
@@ -429,27 +462,18 @@ fn start(
         source,
     })?;
     let notify_thread =
-        crate::service::ready(status, Arc::clone(&pipeline.stats), background_stop.clone())
-            .map_err(|source| DaemonError::Spawn {
+        crate::service::ready(status, stats, background_stop.clone()).map_err(|source| {
+            DaemonError::Spawn {
                 name: "pghot-notify".into(),
                 source,
-            })?;
-    Ok(Running {
-        pipeline,
-        events,
-        sources,
-        migrators,
-        stop,
-        background_stop,
-        background: vec![
-            ("pghot-scope", Some(scope_thread)),
-            ("pghot-conflicts", Some(conflicts_thread)),
-            ("pghot-notify", notify_thread),
-        ],
-        signals,
-        control,
-        metrics,
-    })
+            }
+        })?;
+    let background = vec![
+        ("pghot-scope", Some(scope_thread)),
+        ("pghot-conflicts", Some(conflicts_thread)),
+        ("pghot-notify", notify_thread),
+    ];
+    Ok((background_stop, background))
 }
 
 /// Turns SIGTERM and SIGINT into events; SIGHUP reloads the config through the control plane

@@ -142,6 +142,33 @@ fn main() -> ExitCode {
     if args.thp_matrix {
         return thp_matrix(&args);
     }
+    let runs = planned_runs(&args);
+    let mut reports = Vec::new();
+    for params in &runs {
+        let report = run(params);
+        if args.json {
+            if !print_json(&report) {
+                return ExitCode::FAILURE;
+            }
+        } else if args.timeline {
+            print_timeline(&report);
+        }
+        reports.push(report);
+    }
+    if !args.json {
+        print_table(&reports);
+        match args.compare {
+            Some(Shape::PointerChase) => print_seed_comparison(&reports),
+            Some(shape) => print_shape_ratios(shape, &reports),
+            None => {}
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The runs `args` ask for: one policy, or with `--compare` the promoters side by side on
+/// the same workload.
+fn planned_runs(args: &Args) -> Vec<SimParams> {
     let mut costs = CostModel::default();
     if let Some(ns) = args.migrate_cpu_ns {
         costs.migrate_cpu_ns = ns;
@@ -162,7 +189,7 @@ fn main() -> ExitCode {
         promote_window_ms: args.promote_window_ms,
         demote,
     };
-    let runs: Vec<SimParams> = match args.compare {
+    match args.compare {
         Some(_) => {
             let auto = PeriodSetting::Auto {
                 cpu_budget_pct: args.cpu_budget_pct,
@@ -222,28 +249,7 @@ fn main() -> ExitCode {
                 ..base
             }]
         }
-    };
-    let mut reports = Vec::new();
-    for params in &runs {
-        let report = run(params);
-        if args.json {
-            if !print_json(&report) {
-                return ExitCode::FAILURE;
-            }
-        } else if args.timeline {
-            print_timeline(&report);
-        }
-        reports.push(report);
     }
-    if !args.json {
-        print_table(&reports);
-        match args.compare {
-            Some(Shape::PointerChase) => print_seed_comparison(&reports),
-            Some(shape) => print_shape_ratios(shape, &reports),
-            None => {}
-        }
-    }
-    ExitCode::SUCCESS
 }
 
 /// The pghot series' Redis and Graph500 ratios next to the model's.

@@ -86,22 +86,7 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
     {
         emitter = Some(Emitter::open(&e.path, e.period)?);
     }
-    let fast_ids: Vec<String> = fast.ids().iter().map(usize::to_string).collect();
-    say(
-        out,
-        &format!(
-            "start: pid={pid} pattern={} size_mb={} hot_pages={} threads={} write_pct={} seed={} buffer={:#x}-{:#x} fast_nodes={}",
-            opts.pattern,
-            opts.size_mb,
-            plan.hot_count(),
-            opts.threads,
-            opts.write_pct,
-            opts.seed,
-            map.addr(),
-            map.addr() + map.len() as u64,
-            fast_ids.join(",")
-        ),
-    )?;
+    say(out, &start_line(opts, pid, plan, &map, &fast))?;
 
     let phase = Phase {
         opts,
@@ -119,10 +104,59 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
     );
     let emit = emitter.map(|e| e.finish()).unwrap_or_default();
 
-    let result = RunResult {
+    let result = result_of(
+        opts,
+        outcome,
+        Placed {
+            pid,
+            initial_on_node_pct,
+            hot_count,
+        },
+        shifts,
+        emit,
+    );
+    say(out, &result.line())?;
+    Ok(result)
+}
+
+/// The `start:` line: what runs, where its buffer is, which nodes are fast (check.sh and the
+/// rig read it).
+fn start_line(opts: &Options, pid: u32, plan: &Plan, map: &Mapping, fast: &FastNodes) -> String {
+    let fast_ids: Vec<String> = fast.ids().iter().map(usize::to_string).collect();
+    format!(
+        "start: pid={pid} pattern={} size_mb={} hot_pages={} threads={} write_pct={} seed={} buffer={:#x}-{:#x} fast_nodes={}",
+        opts.pattern,
+        opts.size_mb,
+        plan.hot_count(),
+        opts.threads,
+        opts.write_pct,
+        opts.seed,
+        map.addr(),
+        map.addr() + map.len() as u64,
+        fast_ids.join(",")
+    )
+}
+
+/// What the run's start fixed: the process, the buffer's share on the asked node after the
+/// placement, and the hot set's size in the last plan.
+struct Placed {
+    pid: u32,
+    initial_on_node_pct: f64,
+    hot_count: usize,
+}
+
+/// The RESULT of a finished phase.
+fn result_of(
+    opts: &Options,
+    outcome: Outcome,
+    placed: Placed,
+    shifts: usize,
+    emit: emit::EmitStats,
+) -> RunResult {
+    RunResult {
         pattern: opts.pattern.name().to_string(),
         size_mb: opts.size_mb,
-        hot_mb: (hot_count * PAGE_SIZE) as u64 >> 20,
+        hot_mb: (placed.hot_count * PAGE_SIZE) as u64 >> 20,
         threads: opts.threads,
         duration_s: round(outcome.elapsed.as_secs_f64(), 3),
         accesses: outcome.accesses,
@@ -139,18 +173,16 @@ pub fn run(opts: &Options, out: &mut dyn Write) -> Result<RunResult, WorkloadErr
         time_to_95_s: outcome.milestones.to_95_s.map(|t| round(t, 3)),
         time_to_99_s: outcome.milestones.to_99_s.map(|t| round(t, 3)),
         workers: outcome.workers,
-        initial_on_node_pct: round(initial_on_node_pct, 2),
-        pid,
+        initial_on_node_pct: round(placed.initial_on_node_pct, 2),
+        pid: placed.pid,
         node: opts.node,
-        hot_pages: hot_count,
+        hot_pages: placed.hot_count,
         write_pct: opts.write_pct,
         seed: opts.seed,
         shift_s: opts.shift.map(|d| d.as_secs_f64()),
         shifts,
         emit,
-    };
-    say(out, &result.line())?;
-    Ok(result)
+    }
 }
 
 /// The plans of a run: one, or with `--shift-s` one per shift to come, each from the next

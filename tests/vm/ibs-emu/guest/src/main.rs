@@ -26,7 +26,7 @@
 //! how many of the workload's hot pages are among the most-counted pages, and whether the
 //! samples that arrived are as many as expected and point at the right pages.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, ExitCode, Stdio};
@@ -295,8 +295,8 @@ fn pagemap(pid: u32, lo: u64, hi: u64) -> Res<Vec<Option<u64>>> {
 
 /// The frames of every other mapping of `pid` (stack, heap, binary, libraries): pages of the
 /// workload that are not its buffer.
-fn other_frames(pid: u32, buf_lo: u64) -> Res<std::collections::HashSet<u64>> {
-    let mut out = std::collections::HashSet::new();
+fn other_frames(pid: u32, buf_lo: u64) -> Res<HashSet<u64>> {
+    let mut out = HashSet::new();
     // Not the buffer, nothing absurdly large.
     for (lo, hi) in truth::user_mappings(pid, 1 << 30)? {
         if lo == buf_lo {
@@ -309,7 +309,37 @@ fn other_frames(pid: u32, buf_lo: u64) -> Res<std::collections::HashSet<u64>> {
     Ok(out)
 }
 
+/// What one watched run of the check workload left behind: its `start:` line, its buffer's
+/// frames and its other pages' at the RESET, the plugin's counts and per-page records at the
+/// end, and the sample records the guest read.
+struct CheckRun {
+    start: Start,
+    frames: Vec<Option<u64>>,
+    others: HashSet<u64>,
+    reset_at: Instant,
+    end_at: Instant,
+    counts: Counts,
+    recs: Vec<(u32, u32)>,
+    got: Vec<Got>,
+    skipped: u64,
+    ns_per_access: String,
+}
+
+/// `pgibs-guest check`: run the workload under the plugin, then print the ground truth, the
+/// samples, their arrival and the plugin's counts for check.sh.
 fn check(period: u64, argv: &[String]) -> Res<()> {
+    let run = run_watched(argv)?;
+    let buf = Buffer::new(&run);
+    report_truth(&run, &buf);
+    report_samples(&run, &buf, period);
+    report_arrival(&run);
+    report_counts(&run);
+    Ok(())
+}
+
+/// Runs the workload `argv`, echoing its output; RESET when it prints its `start:` line (the
+/// counts cover the access phase only, not the placement's page faults), DUMP when it exits.
+fn run_watched(argv: &[String]) -> Res<CheckRun> {
     let mut ctl = Ctl::open()?;
     let reader = Reader::start(&mut ctl)?;
     let mut child = Command::new(&argv[0])
@@ -318,22 +348,18 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .spawn()
         .map_err(|e| format!("{}: {e}", argv[0]))?;
     let out = BufReader::new(child.stdout.take().unwrap());
-    let mut start = None;
-    let mut frames = Vec::new();
-    let mut others = std::collections::HashSet::new();
-    let mut reset_at = None;
+    let mut at_start = None;
     let mut result = None;
     for line in out.lines() {
         let line = line.map_err(|e| e.to_string())?;
         println!("{line}");
         if line.starts_with("start:") {
             let s = parse_start(&line)?;
-            // The counts cover the access phase only (not the placement's page faults).
             ctl.ok("RESET")?;
-            reset_at = Some(Instant::now());
-            frames = pagemap(s.pid, s.lo, s.hi)?;
-            others = other_frames(s.pid, s.lo)?;
-            start = Some(s);
+            let reset_at = Instant::now();
+            let frames = pagemap(s.pid, s.lo, s.hi)?;
+            let others = other_frames(s.pid, s.lo)?;
+            at_start = Some((s, reset_at, frames, others));
         } else if line.starts_with("RESULT ") {
             result = Some(line);
         }
@@ -347,7 +373,7 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
     if !status.success() {
         return Err(format!("workload exited with {status}"));
     }
-    let (Some(s), Some(reset_at)) = (start, reset_at) else {
+    let Some((start, reset_at, frames, others)) = at_start else {
         return Err("workload printed no start: line".into());
     };
     let ns_per_access = result
@@ -356,20 +382,66 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .and_then(|r| r.split([',', '}']).next())
         .unwrap_or("-")
         .to_string();
+    Ok(CheckRun {
+        start,
+        frames,
+        others,
+        reset_at,
+        end_at,
+        counts,
+        recs,
+        got,
+        skipped,
+        ns_per_access,
+    })
+}
 
-    // --- ground truth: the hot pages among the most-counted pages ---
-    let pages = s.size_mb * 256;
-    let plan = Plan::new(s.pattern, pages, s.hot_pages, s.write_pct, s.seed);
-    let hot = plan.is_hot();
-    let k = plan.hot_count();
-    let mut pfn_page: HashMap<u64, usize> = HashMap::new();
-    for (i, f) in frames.iter().enumerate() {
-        if let Some(pfn) = f {
-            pfn_page.insert(*pfn, i);
+/// The workload's buffer as the plan made it: which of its pages are hot, and which buffer
+/// page each present frame holds.
+struct Buffer {
+    pages: usize,
+    plan: Plan,
+    /// The plan's hot page count: the k of the top-k comparisons.
+    k: usize,
+    pfn_page: HashMap<u64, usize>,
+}
+
+impl Buffer {
+    fn new(run: &CheckRun) -> Buffer {
+        let s = &run.start;
+        let pages = s.size_mb * 256;
+        let plan = Plan::new(s.pattern, pages, s.hot_pages, s.write_pct, s.seed);
+        let pfn_page = run
+            .frames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|pfn| (pfn, i)))
+            .collect();
+        Buffer {
+            pages,
+            k: plan.hot_count(),
+            plan,
+            pfn_page,
         }
     }
-    let present = pfn_page.len();
-    let hot_pfns: Vec<u64> = (0..pages)
+
+    /// Whether each page of the buffer is hot, by index.
+    fn hot(&self) -> &[bool] {
+        self.plan.is_hot()
+    }
+
+    /// Whether `pfn` holds a page of the buffer that is hot (`Some(true)`) or cold.
+    fn hot_at(&self, pfn: u32) -> Option<bool> {
+        self.pfn_page.get(&u64::from(pfn)).map(|&i| self.hot()[i])
+    }
+}
+
+/// PGIBS-TRUTH and PGIBS-TRUTH-OTHERS: are the hot pages among the most-counted pages, of all
+/// RAM and of the buffer alone?
+fn report_truth(run: &CheckRun, buf: &Buffer) {
+    let (frames, hot, k) = (&run.frames, buf.hot(), buf.k);
+    let present = buf.pfn_page.len();
+    let hot_pfns: Vec<u64> = (0..buf.pages)
         .filter(|&i| hot[i])
         .filter_map(|i| frames[i])
         .collect();
@@ -379,37 +451,33 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .iter()
         .filter(|&&p| (slow_lo..slow_hi).contains(&p))
         .count();
-    let mut by_count = recs.clone();
+    let mut by_count = run.recs.clone();
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    let top: Vec<(u32, u32)> = by_count.iter().take(k).copied().collect();
+    let top = &by_count[..k.min(by_count.len())];
     let top_hot = top
         .iter()
-        .filter(|(pfn, _)| pfn_page.get(&u64::from(*pfn)).is_some_and(|&i| hot[i]))
+        .filter(|(pfn, _)| buf.hot_at(*pfn) == Some(true))
         .count();
     let top_cold_buf = top
         .iter()
-        .filter(|(pfn, _)| pfn_page.get(&u64::from(*pfn)).is_some_and(|&i| !hot[i]))
+        .filter(|(pfn, _)| buf.hot_at(*pfn) == Some(false))
         .count();
     let top_workload_other = top
         .iter()
-        .filter(|(pfn, _)| others.contains(&u64::from(*pfn)))
+        .filter(|(pfn, _)| run.others.contains(&u64::from(*pfn)))
         .count();
     // The buffer's own pages ranked alone: are its most-counted pages the hot ones?
-    let mut in_buf: Vec<(u32, u32)> = by_count
+    let buf_top_hot = by_count
         .iter()
-        .filter(|(pfn, _)| pfn_page.contains_key(&u64::from(*pfn)))
-        .copied()
-        .collect();
-    in_buf.truncate(k);
-    let buf_top_hot = in_buf
-        .iter()
-        .filter(|(pfn, _)| hot[pfn_page[&u64::from(*pfn)]])
+        .filter_map(|(pfn, _)| buf.hot_at(*pfn))
+        .take(k)
+        .filter(|&h| h)
         .count();
-    let count_of: HashMap<u32, u32> = recs.iter().copied().collect();
+    let count_of: HashMap<u32, u32> = run.recs.iter().copied().collect();
     let sum_over = |want_hot: bool| -> (u64, u64) {
         let mut sum = 0u64;
         let mut n = 0u64;
-        for i in 0..pages {
+        for i in 0..buf.pages {
             if hot[i] == want_hot
                 && let Some(pfn) = frames[i]
             {
@@ -426,64 +494,77 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         .filter(|&&p| !count_of.contains_key(&(p as u32)))
         .count();
     println!(
-        "PGIBS-TRUTH hot_pages={k} present={present}/{pages} hot_on_slow_node={hot_on_slow} top_k_hot={top_hot} top_k_cold_buffer={top_cold_buf} top_k_workload_other={top_workload_other} top_k_rest={} top_k_hot_pct={:.2} buffer_top_k_hot_pct={:.2} hot_pages_uncounted={hot_zero} mean_count_hot={:.1} mean_count_cold={:.1} buffer_count_share_pct={:.2}",
+        "PGIBS-TRUTH hot_pages={k} present={present}/{} hot_on_slow_node={hot_on_slow} top_k_hot={top_hot} top_k_cold_buffer={top_cold_buf} top_k_workload_other={top_workload_other} top_k_rest={} top_k_hot_pct={:.2} buffer_top_k_hot_pct={:.2} hot_pages_uncounted={hot_zero} mean_count_hot={:.1} mean_count_cold={:.1} buffer_count_share_pct={:.2}",
+        buf.pages,
         k - top_hot - top_cold_buf - top_workload_other,
         100.0 * top_hot as f64 / k as f64,
         100.0 * buf_top_hot as f64 / k as f64,
         hot_sum as f64 / hot_n.max(1) as f64,
         cold_sum as f64 / cold_n.max(1) as f64,
-        100.0 * (hot_sum + cold_sum) as f64 / counts["accesses"].max(1) as f64,
+        100.0 * (hot_sum + cold_sum) as f64 / run.counts["accesses"].max(1) as f64,
     );
-    // The ten most-counted pages outside the buffer, for the record.
-    let others: Vec<String> = by_count
+    // The five most-counted pages outside the buffer, for the record.
+    let outside: Vec<String> = by_count
         .iter()
-        .filter(|(pfn, _)| !pfn_page.contains_key(&u64::from(*pfn)))
+        .filter(|(pfn, _)| buf.hot_at(*pfn).is_none())
         .take(5)
         .map(|(pfn, c)| format!("{pfn:#x}:{c}"))
         .collect();
-    println!("PGIBS-TRUTH-OTHERS top_outside_buffer={}", others.join(","));
+    println!(
+        "PGIBS-TRUTH-OTHERS top_outside_buffer={}",
+        outside.join(",")
+    );
+}
 
-    // --- samples ---
-    let run: Vec<&Got> = got.iter().filter(|g| g.at >= reset_at).collect();
+/// PGIBS-SAMPLES: as many records as the period promises, each with the frame pagemap gives
+/// its address, on the hot pages.
+fn report_samples(run: &CheckRun, buf: &Buffer, period: u64) {
+    let s = &run.start;
+    let counts = &run.counts;
+    let after: Vec<&Got> = run.got.iter().filter(|g| g.at >= run.reset_at).collect();
     let user = counts["fast_user"] + counts["slow_user"];
-    let interval = reach::mean_interval(period);
-    let expected = user as f64 / interval;
+    let expected = user as f64 / reach::mean_interval(period);
     let (mut in_buf, mut same_page, mut other_page, mut paddr_buf_vaddr_not) = (0, 0, 0, 0);
     let mut on_hot = 0;
     let mut vcpus = [0u64; 4];
-    for g in &run {
+    for g in &after {
         vcpus[(g.vcpu as usize).min(3)] += 1;
         let pfn = g.paddr >> 12;
         if (s.lo..s.hi).contains(&g.vaddr) {
             in_buf += 1;
             let i = ((g.vaddr - s.lo) / PAGE_SIZE as u64) as usize;
-            if frames[i] == Some(pfn) {
+            if run.frames[i] == Some(pfn) {
                 same_page += 1;
-                if hot[i] {
+                if buf.hot()[i] {
                     on_hot += 1;
                 }
             } else {
                 other_page += 1;
             }
-        } else if pfn_page.contains_key(&pfn) {
+        } else if buf.pfn_page.contains_key(&pfn) {
             paddr_buf_vaddr_not += 1;
         }
     }
     println!(
-        "PGIBS-SAMPLES received={} before_reset={} expected={expected:.0} received_pct_of_expected={:.1} plugin_sent={} plugin_dropped={} user_accesses={user} in_buffer={in_buf} paddr_matches_pagemap={same_page} paddr_mismatch={other_page} paddr_in_buffer_vaddr_not={paddr_buf_vaddr_not} on_hot_pages={on_hot} vcpu0={} vcpu1={} skipped_bytes_before_header={skipped}",
-        run.len(),
-        got.len() - run.len(),
-        100.0 * run.len() as f64 / expected.max(1.0),
+        "PGIBS-SAMPLES received={} before_reset={} expected={expected:.0} received_pct_of_expected={:.1} plugin_sent={} plugin_dropped={} user_accesses={user} in_buffer={in_buf} paddr_matches_pagemap={same_page} paddr_mismatch={other_page} paddr_in_buffer_vaddr_not={paddr_buf_vaddr_not} on_hot_pages={on_hot} vcpu0={} vcpu1={} skipped_bytes_before_header={}",
+        after.len(),
+        run.got.len() - after.len(),
+        100.0 * after.len() as f64 / expected.max(1.0),
         counts["samples_sent"],
         counts["samples_dropped"],
         vcpus[0],
         vcpus[1],
+        run.skipped,
     );
-    // Records per 100 ms while the workload ran: do they arrive as they are taken?
-    let slots = ((end_at - reset_at).as_millis() / 100) as usize;
+}
+
+/// PGIBS-ARRIVAL: records per 100 ms while the workload ran: do they arrive as they are taken?
+fn report_arrival(run: &CheckRun) {
+    let after = run.got.iter().filter(|g| g.at >= run.reset_at);
+    let slots = ((run.end_at - run.reset_at).as_millis() / 100) as usize;
     let mut per = vec![0u64; slots.max(1)];
-    for g in &run {
-        let i = ((g.at - reset_at).as_millis() / 100) as usize;
+    for g in after.clone() {
+        let i = ((g.at - run.reset_at).as_millis() / 100) as usize;
         if i < slots {
             per[i] += 1;
         }
@@ -502,19 +583,23 @@ fn check(period: u64, argv: &[String]) -> Res<()> {
         sorted[sorted.len() / 2],
         sorted[sorted.len() - 1],
         inner.iter().filter(|&&n| n == 0).count(),
-        run.iter().filter(|g| g.at > end_at).count(),
+        after.filter(|g| g.at > run.end_at).count(),
     );
-    let c = |k: &str| counts.get(k).copied().unwrap_or(0);
+}
+
+/// PGIBS-COUNTS: the plugin's own counts for the run, and the workload's ns per access.
+fn report_counts(run: &CheckRun) {
+    let c = |k: &str| run.counts.get(k).copied().unwrap_or(0);
     println!(
-        "PGIBS-COUNTS accesses={} pages={} fast_user={} slow_user={} modelled_ns={} outside_ram={} ns_per_access={ns_per_access}",
+        "PGIBS-COUNTS accesses={} pages={} fast_user={} slow_user={} modelled_ns={} outside_ram={} ns_per_access={}",
         c("accesses"),
         c("pages"),
         c("fast_user"),
         c("slow_user"),
         c("modelled_ns"),
         c("outside_ram"),
+        run.ns_per_access,
     );
-    Ok(())
 }
 
 /// `relay`'s arguments after the word itself: FIFO PERIOD STATS [--only PID,...] [EXCLUDE...].

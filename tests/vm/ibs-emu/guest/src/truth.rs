@@ -216,34 +216,7 @@ pub fn compute(
             snaps.len()
         ));
     }
-    let page_of: Vec<HashMap<u64, u64>> = snaps
-        .iter()
-        .map(|snap| snap.iter().map(|&(vpn, pfn)| (pfn, vpn)).collect())
-        .collect();
-    let (mut app_fast_accesses, mut app_slow_accesses) = (0, 0);
-    let mut per_page: HashMap<u64, u64> = HashMap::new();
-    for snap in snaps {
-        for &(vpn, _) in snap {
-            per_page.entry(vpn).or_default();
-        }
-    }
-    for (r, counts) in rounds.iter().enumerate() {
-        for &(pfn, n) in counts {
-            let pfn64 = u64::from(pfn);
-            let Some(vpn) = page_of[r + 1]
-                .get(&pfn64)
-                .or_else(|| page_of[r].get(&pfn64))
-            else {
-                continue;
-            };
-            *per_page.get_mut(vpn).unwrap() += u64::from(n);
-            if fast(pfn64) {
-                app_fast_accesses += u64::from(n);
-            } else {
-                app_slow_accesses += u64::from(n);
-            }
-        }
-    }
+    let (mut per_page, app_fast_accesses, app_slow_accesses) = count_per_page(rounds, snaps, &fast);
     // Pages other processes map too (libc's, a shared segment's): the plugin counts every
     // process's accesses to a frame, so theirs are not the program's alone; kept out of the
     // hot set and of over-promotion, and reported apart.
@@ -289,15 +262,7 @@ pub fn compute(
         .map(|&(v, p)| (p, per_page[&v], v))
         .collect();
     left_hot.sort_unstable();
-    let mut contest = Contest::default();
-    for (v, &n) in &per_page {
-        match (hot.contains(v), where_first.get(v) == Some(&false)) {
-            (true, true) => contest.hot.push(n),
-            (true, false) => contest.hot_placed += 1,
-            (false, true) => contest.other.push(n),
-            (false, false) => {}
-        }
-    }
+    let contest = contest(&per_page, &hot, &where_first);
     let not_hot = || promoted.iter().filter(|v| !hot.contains(v));
     let promoted_warm = not_hot().filter(|v| warm.contains(v)).count();
     let mut untouched: Vec<u64> = not_hot().filter(|v| per_page[v] == 0).copied().collect();
@@ -330,13 +295,66 @@ pub fn compute(
     })
 }
 
+/// Each round's counts given to the program's pages as `compute` says (the page that held the
+/// frame at the round's end, else at its start); every page a snapshot shows, with 0 if never
+/// counted; and the counted accesses on fast and on slow frames.
+fn count_per_page(
+    rounds: &[Vec<(u32, u32)>],
+    snaps: &[Vec<(u64, u64)>],
+    fast: impl Fn(u64) -> bool,
+) -> (HashMap<u64, u64>, u64, u64) {
+    let page_of: Vec<HashMap<u64, u64>> = snaps
+        .iter()
+        .map(|snap| snap.iter().map(|&(vpn, pfn)| (pfn, vpn)).collect())
+        .collect();
+    let (mut app_fast_accesses, mut app_slow_accesses) = (0, 0);
+    let mut per_page: HashMap<u64, u64> = HashMap::new();
+    for snap in snaps {
+        for &(vpn, _) in snap {
+            per_page.entry(vpn).or_default();
+        }
+    }
+    for (r, counts) in rounds.iter().enumerate() {
+        for &(pfn, n) in counts {
+            let pfn64 = u64::from(pfn);
+            let Some(vpn) = page_of[r + 1]
+                .get(&pfn64)
+                .or_else(|| page_of[r].get(&pfn64))
+            else {
+                continue;
+            };
+            *per_page.get_mut(vpn).unwrap() += u64::from(n);
+            if fast(pfn64) {
+                app_fast_accesses += u64::from(n);
+            } else {
+                app_slow_accesses += u64::from(n);
+            }
+        }
+    }
+    (per_page, app_fast_accesses, app_slow_accesses)
+}
+
+/// The program's pages by what a promoter had to do with them (see `Contest`).
+fn contest(
+    per_page: &HashMap<u64, u64>,
+    hot: &HashSet<u64>,
+    where_first: &HashMap<u64, bool>,
+) -> Contest {
+    let mut contest = Contest::default();
+    for (v, &n) in per_page {
+        match (hot.contains(v), where_first.get(v) == Some(&false)) {
+            (true, true) => contest.hot.push(n),
+            (true, false) => contest.hot_placed += 1,
+            (false, true) => contest.other.push(n),
+            (false, false) => {}
+        }
+    }
+    contest
+}
+
 /// The fewest pages of `ranked` (hottest first) holding `share` of `accesses`, and their sum.
-fn fewest_holding(
-    ranked: &[(u64, u64)],
-    share: f64,
-    accesses: u64,
-) -> (std::collections::HashSet<u64>, u64) {
-    let mut set = std::collections::HashSet::new();
+fn fewest_holding(ranked: &[(u64, u64)], share: f64, accesses: u64) -> (HashSet<u64>, u64) {
+    let mut set = HashSet::new();
     let mut sum = 0u64;
     for &(vpn, n) in ranked {
         if sum as f64 >= share * accesses as f64 {
