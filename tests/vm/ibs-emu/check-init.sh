@@ -4,7 +4,8 @@
 # /bin/pgibs-guest and /etc/pgibs.conf (PGIBS_*), and boots it twice: `pgibs.mode=noplugin`
 # (no plugin: the latency baseline) and `pgibs.mode=plugin` (the plugin loaded with slow_ns=0,
 # its ports pghot.ctl and pghot.samples present); with check.sh --cost also `pgibs.mode=cost
-# pgibs.probe=N` (the plugin doing part of its work). Lines for the host:
+# pgibs.label=L` (the plugin doing part of its work, or all of it behind a modelled cache; L names
+# the variant in the lines). Lines for the host:
 #   PGIBS-LAT mode=M pattern=P node=N slow_ns=S ns=X    one latency measurement
 #   PGIBS-OPS pattern=P node=N ... user_ops_per_access=X   plugin callbacks per workload access
 #   PGIBS-CAL step=I slow_ns=S node0=X node2=Y ratio=R   a calibration step
@@ -144,10 +145,12 @@ $slow_ns $(gap "$l0" "$l2")"
 	ctl STATS | sed 's/^/pgibs: /'
 	;;
 cost)
-	# check.sh --cost: the plugin doing only part of its per-access work (plugin arg probe=N).
-	probe=$(sed -n 's/.*pgibs\.probe=\([0-9]\).*/\1/p' /proc/cmdline)
+	# check.sh --cost: the plugin doing only part of its per-access work (plugin arg probe=N),
+	# or all of it behind a modelled cache (cache_kb=...); the label names which.
+	label=$(sed -n 's/.*pgibs\.label=\([a-z0-9]*\).*/\1/p' /proc/cmdline)
+	[ -n "$label" ] || echo "PGIBS-ERROR no pgibs.label on the kernel command line"
 	for p in chase uniform; do
-		echo "PGIBS-LAT mode=probe$probe pattern=$p node=0 slow_ns=0 ns=$(lat "$p" 0)"
+		echo "PGIBS-LAT mode=$label pattern=$p node=0 slow_ns=0 ns=$(lat "$p" 0)"
 	done
 	;;
 *)
