@@ -137,8 +137,8 @@ fn start_line(opts: &Options, pid: u32, plan: &Plan, map: &Mapping, fast: &FastN
     )
 }
 
-/// What the run's start fixed: the process, the buffer's share on the asked node after the
-/// placement, and the hot set's size in the last plan.
+/// What the RESULT needs beside the phase's outcome: the process, the buffer's share on the
+/// asked node after the placement, and the hot set's size in the plan in place at the end.
 struct Placed {
     pid: u32,
     initial_on_node_pct: f64,
