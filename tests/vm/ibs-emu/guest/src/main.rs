@@ -325,6 +325,14 @@ struct CheckRun {
     ns_per_access: String,
 }
 
+impl CheckRun {
+    /// The sample records read after the RESET: the run's own (earlier ones are a backlog the
+    /// port held while closed).
+    fn after_reset(&self) -> impl Iterator<Item = &Got> + Clone {
+        self.got.iter().filter(|g| g.at >= self.reset_at)
+    }
+}
+
 /// `pgibs-guest check`: run the workload under the plugin, then print the ground truth, the
 /// samples, their arrival and the plugin's counts for check.sh.
 fn check(period: u64, argv: &[String]) -> Res<()> {
@@ -521,7 +529,7 @@ fn report_truth(run: &CheckRun, buf: &Buffer) {
 fn report_samples(run: &CheckRun, buf: &Buffer, period: u64) {
     let s = &run.start;
     let counts = &run.counts;
-    let after: Vec<&Got> = run.got.iter().filter(|g| g.at >= run.reset_at).collect();
+    let after: Vec<&Got> = run.after_reset().collect();
     let user = counts["fast_user"] + counts["slow_user"];
     let expected = user as f64 / reach::mean_interval(period);
     let (mut in_buf, mut same_page, mut other_page, mut paddr_buf_vaddr_not) = (0, 0, 0, 0);
@@ -560,7 +568,7 @@ fn report_samples(run: &CheckRun, buf: &Buffer, period: u64) {
 
 /// PGIBS-ARRIVAL: records per 100 ms while the workload ran: do they arrive as they are taken?
 fn report_arrival(run: &CheckRun) {
-    let after = run.got.iter().filter(|g| g.at >= run.reset_at);
+    let after = run.after_reset();
     let slots = ((run.end_at - run.reset_at).as_millis() / 100) as usize;
     let mut per = vec![0u64; slots.max(1)];
     for g in after.clone() {
