@@ -787,4 +787,44 @@ mod tests {
         assert_eq!(total, threads * per_thread);
         assert_eq!(t.len(), 1000);
     }
+
+    #[test]
+    fn every_tracked_page_stays_reachable_through_evictions() {
+        // One shard of 1024 pages and 1,366 slots; 3,072 pages sampled, so it evicts often.
+        let t = HotTable::new(1024, policy(u16::MAX, 50));
+        let regions = [0x7f00_0000_0000u64, 0x7f00_0020_0000, 0x5500_0000_0000];
+        let mut x = 7u64;
+        let mut next = || {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            x >> 33
+        };
+        for step in 0..20_000u64 {
+            let r = regions[(next() % 3) as usize];
+            let pid = 1 + (next() % 2) as u32;
+            // Half the samples on 8 hot pages of each region, half anywhere in it.
+            let page = if next() % 2 == 0 {
+                next() % 8
+            } else {
+                next() % 512
+            };
+            t.record(&Access {
+                key: PageKey::new(pid, r + page * PAGE_SIZE).unwrap(),
+                time_ns: step * MS / 4,
+                node: 2,
+                op: AccessOp::Load,
+            });
+            if step % 100 == 0 {
+                let mut tracked = Vec::new();
+                t.for_each_page(|e, _| tracked.push(e.key()));
+                let lost = tracked.iter().filter(|&&k| t.get(k).is_none()).count();
+                assert_eq!(lost, 0, "step {step}: tracked pages a lookup cannot find");
+            }
+        }
+        // Several times the table's 1024 pages: with a lost page sampled again, it was more.
+        assert!(
+            t.evicted() > 4 * 1024,
+            "the test must evict: {}",
+            t.evicted()
+        );
+    }
 }

@@ -139,6 +139,8 @@ impl Shard {
             cut += 1;
         }
         let mut from_cut = target - below;
+        // Taken before anything is removed: see `reseat`. The 3/4 load limit leaves one.
+        let empty_before = self.slots.iter().position(|e| e.key == 0);
         let mut removed = 0;
         for e in self.slots.iter_mut().filter(|e| e.key != 0) {
             let b = bucket(e);
@@ -155,18 +157,24 @@ impl Shard {
         }
         self.len -= removed;
         self.evicted += removed as u64;
-        self.reseat();
+        if let Some(start) = empty_before {
+            self.reseat(start);
+        }
         removed
     }
 
     /// After bulk removal, moves every entry back to the first free slot of its probe sequence
-    /// so lookups never stop at a hole left in front of them.
-    fn reseat(&mut self) {
+    /// so lookups never stop at a hole left in front of them. Entries are taken in slot order
+    /// from `start`, a slot that was empty *before* the removal, so no entry's probe sequence
+    /// runs through it: each entry's home lies between `start` and the entry, every slot
+    /// before it there is already settled, and reinserting it cannot land it past a slot that
+    /// is yet to be compacted. Starting from a slot the removal emptied breaks that: an entry whose probe ran through it wraps back to its home,
+    /// finds that slot refilled, lands beyond it among settled entries, and is then cut off
+    /// from its home when the entries between move up; lookups missed it and its page's next
+    /// sample made a second entry (`every_tracked_page_stays_reachable_through_evictions`).
+    fn reseat(&mut self, start: usize) {
         let n = self.slots.len();
-        // Start right after an empty slot so no cluster wraps past our starting point.
-        let Some(start) = self.slots.iter().position(|e| e.key == 0) else {
-            return;
-        };
+        debug_assert_eq!(self.slots[start].key, 0);
         for step in 1..=n {
             let i = (start + step) % n;
             let entry = self.slots[i];
