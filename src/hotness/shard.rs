@@ -168,10 +168,11 @@ impl Shard {
     /// from `start`, a slot that was empty *before* the removal, so no entry's probe sequence
     /// runs through it: each entry's home lies between `start` and the entry, every slot
     /// before it there is already settled, and reinserting it cannot land it past a slot that
-    /// is yet to be compacted. Starting from a slot the removal emptied breaks that: an entry whose probe ran through it wraps back to its home,
-    /// finds that slot refilled, lands beyond it among settled entries, and is then cut off
-    /// from its home when the entries between move up; lookups missed it and its page's next
-    /// sample made a second entry (`every_tracked_page_stays_reachable_through_evictions`).
+    /// is yet to be compacted. Starting from a slot the removal emptied breaks that: an entry
+    /// whose probe ran through it wraps back to its home, finds that slot refilled, lands
+    /// beyond it among settled entries, and is then cut off from its home when the entries
+    /// between move up; lookups missed it and its page's next sample made a second entry
+    /// (`every_tracked_page_stays_reachable_through_evictions`).
     fn reseat(&mut self, start: usize) {
         let n = self.slots.len();
         debug_assert_eq!(self.slots[start].key, 0);
