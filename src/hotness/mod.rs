@@ -37,6 +37,7 @@
 
 pub mod candidate;
 pub mod entry;
+pub mod share;
 pub mod window;
 
 /// What one tracked page costs: a 24-byte [`Entry`] at the shards' 3/4 load limit.
@@ -65,6 +66,9 @@ pub struct HotnessConfig {
     /// The window also holds at least this many recorded samples (see [`window`]); 0: off.
     pub window_samples: u32,
     pub heat_halflife_ms: u32,
+    /// A candidate must also be among the hottest pages that together hold this percentage of
+    /// the tracked pages' heat (see [`share`]); 0 or 100: no such limit.
+    pub hot_share_pct: u8,
 }
 
 impl Default for HotnessConfig {
@@ -74,6 +78,7 @@ impl Default for HotnessConfig {
             promote_window_ms: 5000,
             window_samples: 16384,
             heat_halflife_ms: 1000,
+            hot_share_pct: 0,
         }
     }
 }
@@ -111,6 +116,11 @@ pub struct HotTable {
     /// The last measured rate of recorded samples per second (`f64` bits).
     recorded_per_s: AtomicU64,
     heat_halflife_ms: AtomicU32,
+    hot_share_pct: AtomicU32,
+    /// The heat (fixed point, as [`Entry`] keeps it) a candidate needs under `hot_share_pct`;
+    /// 0: none; `u32::MAX` until the table holds heat to rank. Recomputed with the window,
+    /// once per [`window::SPAN_NS`] of sample time.
+    heat_floor: AtomicU32,
 }
 
 #[inline]
@@ -140,6 +150,8 @@ impl HotTable {
             effective_window_ms: AtomicU32::new(0),
             recorded_per_s: AtomicU64::new(0f64.to_bits()),
             heat_halflife_ms: AtomicU32::new(0),
+            hot_share_pct: AtomicU32::new(0),
+            heat_floor: AtomicU32::new(0),
         };
         table.set_policy(policy);
         table
@@ -154,15 +166,50 @@ impl HotTable {
             .store(policy.window_samples, Ordering::Relaxed);
         self.heat_halflife_ms
             .store(policy.heat_halflife_ms.max(1), Ordering::Relaxed);
+        self.hot_share_pct
+            .store(u32::from(policy.hot_share_pct), Ordering::Relaxed);
         self.retune_window();
+        self.retune_heat_floor();
     }
 
     /// The recorders' latest measure of recorded lower-tier samples per second: widens the
     /// window when they are sparse (see [`window`]).
+    /// Also recomputes the heat floor of `hot_share_pct` (a pass over the table, once per
+    /// [`window::SPAN_NS`] of sample time, only with the share set).
     pub fn set_recorded_rate(&self, per_s: f64) {
         self.recorded_per_s
             .store(per_s.to_bits(), Ordering::Relaxed);
         self.retune_window();
+        self.retune_heat_floor();
+    }
+
+    /// Sets the heat a candidate needs to the floor of the hottest pages holding
+    /// `hot_share_pct` of the tracked heat (every tracked page: those still counting on a
+    /// lower tier and those already promoted, whose top-tier samples keep their heat).
+    fn retune_heat_floor(&self) {
+        let share = self.hot_share_pct.load(Ordering::Relaxed);
+        let floor = if share == 0 || share >= 100 {
+            0
+        } else {
+            let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+            let now = self.now_ms();
+            let mut histogram = share::HeatHistogram::default();
+            for shard in self.shards.iter() {
+                let shard = shard.lock();
+                for e in shard.iter() {
+                    histogram.add(decayed(e.heat, e.last_ms, now, halflife));
+                }
+            }
+            histogram.floor_of_share(share)
+        };
+        self.heat_floor.store(floor, Ordering::Relaxed);
+    }
+
+    /// The heat a candidate needs now (in samples): 0 without `hot_share_pct`, `None` until
+    /// the table holds heat to rank.
+    pub fn heat_floor(&self) -> Option<f64> {
+        let floor = self.heat_floor.load(Ordering::Relaxed);
+        (floor != u32::MAX).then(|| f64::from(floor) / f64::from(HEAT_ONE))
     }
 
     fn retune_window(&self) {
@@ -197,6 +244,7 @@ impl HotTable {
             promote_window_ms: self.promote_window_ms.load(Ordering::Relaxed),
             window_samples: self.window_samples.load(Ordering::Relaxed),
             heat_halflife_ms: self.heat_halflife_ms.load(Ordering::Relaxed),
+            hot_share_pct: self.hot_share_pct.load(Ordering::Relaxed) as u8,
         }
     }
 
@@ -248,6 +296,7 @@ impl HotTable {
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
         let threshold = self.freq_threshold.load(Ordering::Relaxed);
+        let heat_floor = self.heat_floor.load(Ordering::Relaxed);
         let window = self.effective_window_ms.load(Ordering::Relaxed);
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
@@ -285,7 +334,8 @@ impl HotTable {
             AccessOp::Load => e.loads = e.loads.saturating_add(1),
             AccessOp::Store => e.stores = e.stores.saturating_add(1),
         }
-        let candidate = u32::from(e.count) >= threshold && e.flags & FLAG_QUEUED == 0;
+        let candidate =
+            u32::from(e.count) >= threshold && e.heat >= heat_floor && e.flags & FLAG_QUEUED == 0;
         if candidate {
             e.flags |= FLAG_QUEUED;
         }
@@ -503,7 +553,73 @@ mod tests {
             // pghot's fixed window; widening has its own test below.
             window_samples: 0,
             heat_halflife_ms: 1000,
+            hot_share_pct: 0,
         }
+    }
+
+    #[test]
+    fn a_hot_share_holds_back_pages_outside_it_and_follows_promoted_heat() {
+        // Half-life an hour: heat is the plain sample count here. Threshold 2, a window as
+        // wide as the test, an 80 % share.
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                ..policy(2, 3_600_000)
+            },
+        );
+        // Nothing to rank yet: no candidates.
+        assert_eq!(t.heat_floor(), None);
+        assert_eq!(t.record(&access(1, 500, 0)), Recorded::Tracked);
+        assert_eq!(t.record(&access(1, 500, 1)), Recorded::Tracked);
+        // By hand: pages 1..=10 take 20 samples each (200) and pages 100..=189 one each (90),
+        // with page 500's 2: 80 % of 292 is 233.6, past the hot pages' 200, so the floor falls to the one-sample
+        // pages' bucket and nothing is held back yet.
+        for page in 1..=10 {
+            (0..20).for_each(|k| _ = t.record(&access(1, page, k)));
+        }
+        for page in 100..190 {
+            t.record(&access(1, page, 30));
+        }
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(1.0));
+        // 90 more pages of one sample (180 in all): 80 % of 382 is 305.6; the hot pages hold
+        // 200 and page 500 2, the floor is again one sample.
+        for page in 200..290 {
+            t.record(&access(1, page, 40));
+        }
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(1.0));
+        // Each hot page now takes 80 more (100 each, 1,000 in all, of 1,182): 80 % is 945.6, so
+        // the floor is the hot pages' bucket: 100 samples = 25,600 = 0b110_0100 << 8, top 4
+        // bits 1100 -> 12 << 11 = 24,576 = 96 samples.
+        for page in 1..=10 {
+            (0..80).for_each(|k| _ = t.record(&access(1, page, 50 + k)));
+        }
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(96.0));
+        // A one-sample page's second sample meets the threshold but not the floor.
+        assert_eq!(t.record(&access(1, 100, 200)), Recorded::Tracked);
+        // The hot pages are promoted and keep their heat from top-tier samples: the floor
+        // stays, so the pages left on the lower tier are not promoted for being what is left.
+        for page in 1..=10 {
+            t.mark_promoted_by_us(access(1, page, 0).key, 0);
+            t.touch(&Access {
+                node: 0,
+                ..access(1, page, 300)
+            });
+        }
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(96.0));
+        assert_eq!(t.record(&access(1, 101, 400)), Recorded::Tracked);
+        // Off: a one-sample page is a candidate at its next sample.
+        t.set_policy(HotnessConfig {
+            hot_share_pct: 0,
+            ..t.policy()
+        });
+        assert_eq!(t.heat_floor(), Some(0.0));
+        assert_eq!(t.record(&access(1, 102, 410)), Recorded::Candidate);
     }
 
     #[test]

@@ -78,6 +78,9 @@ pub struct PghotdPolicy {
     pub freq_threshold: u16,
     pub promote_window_ms: u32,
     pub demote: bool,
+    /// The daemon's `heat_halflife_ms` and `hot_share_pct`.
+    pub heat_halflife_ms: u32,
+    pub hot_share_pct: u8,
 }
 
 /// `pghot-sim --promote-window-ms` when not given: the daemon's default `promote_window_ms`
@@ -96,6 +99,8 @@ impl PghotdPolicy {
             freq_threshold: HotnessConfig::default().freq_threshold,
             promote_window_ms: default_promote_window_ms(),
             demote: false,
+            heat_halflife_ms: HotnessConfig::default().heat_halflife_ms,
+            hot_share_pct: HotnessConfig::default().hot_share_pct,
         }
     }
 }
@@ -351,7 +356,8 @@ impl PghotdEngine {
                     HotnessConfig::default().window_samples,
                     scale,
                 ),
-                ..HotnessConfig::default()
+                heat_halflife_ms: policy.heat_halflife_ms,
+                hot_share_pct: policy.hot_share_pct,
             },
             target_nid: Some(FAST),
             migrator: config,
@@ -798,6 +804,7 @@ mod tests {
             freq_threshold,
             promote_window_ms: 5000,
             demote,
+            ..PghotdPolicy::sim_defaults(period)
         })
     }
 

@@ -56,6 +56,15 @@ struct Args {
     /// Demote the coldest pages pghotd promoted when the fast tier runs low.
     #[arg(long)]
     demote: bool,
+    /// Heat half-life, ms (1..=3600000, as the daemon's; the default is the daemon's).
+    #[arg(long, default_value_t = pghotd::hotness::HotnessConfig::default().heat_halflife_ms,
+          value_parser = clap::value_parser!(u32).range(1..=3_600_000))]
+    heat_halflife_ms: u32,
+    /// Candidates must be among the hottest pages holding this share of the heat (0..=100, as
+    /// the daemon's `hot_share_pct`; the default is the daemon's).
+    #[arg(long, default_value_t = pghotd::hotness::HotnessConfig::default().hot_share_pct,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    hot_share_pct: u8,
     /// Divide every size (pages, sample and migration rates) by this (1 to 2^20).
     #[arg(long, default_value_t = 64.0, value_parser = scale)]
     scale: f64,
@@ -188,6 +197,8 @@ fn planned_runs(args: &Args) -> Vec<SimParams> {
         freq_threshold: threshold,
         promote_window_ms: args.promote_window_ms,
         demote,
+        heat_halflife_ms: args.heat_halflife_ms,
+        hot_share_pct: args.hot_share_pct,
     };
     match args.compare {
         Some(_) => {
