@@ -22,7 +22,8 @@
 //!   to spare (no eviction), the recorder path with no candidates (`freq_threshold` = max), one
 //!   atomic add per sample on a random word of a table-sized array (misses overlapped), and a
 //!   pointer chase through the same amount of memory (one miss's full latency). A last line
-//!   measures what a candidate `try_send` costs when it has to wake the parked receiver.
+//!   measures what a candidate `try_send` costs when it has to wake the parked receiver, and
+//!   another what one `hot_share_pct` heat-floor pass (one slice) of a full 1 Mi table takes.
 //!
 //! Every table is pre-filled with each page once and then warmed up with one untimed pass of
 //! the samples, so the timed runs see the steady state. Samples are generated before timing
@@ -692,6 +693,32 @@ fn wake_cost() -> f64 {
     sending.as_nanos() as f64 / f64::from(SENDS)
 }
 
+/// Milliseconds of one `hot_share_pct` heat-floor pass (`set_recorded_rate` with the share
+/// on: one slice of the shards read, every slice's histogram combined) on a full table of
+/// `tracked` pages, each sampled once: best of [`RUNS`].
+fn heat_floor_pass_ms(tracked: usize) -> f64 {
+    let policy = HotnessConfig {
+        hot_share_pct: 80,
+        ..HotnessConfig::default()
+    };
+    let table = HotTable::new(tracked, policy);
+    for page in 0..tracked as u64 {
+        table.record(&Access {
+            key: key(page),
+            time_ns: time_ns(page),
+            node: LOWER_NODE,
+            op: AccessOp::Load,
+        });
+    }
+    (0..RUNS)
+        .map(|_| {
+            let start = Instant::now();
+            table.set_recorded_rate(1.0);
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
 fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
     match spec.kind {
         Kind::Table { tracked } => table_row::<HotTable>(spec, tracked, threads, samples),
@@ -855,6 +882,12 @@ fn main() {
     println!(
         "candidate hand-off: a try_send that wakes a parked receiver costs the sender {:.0} ns",
         wake_cost()
+    );
+    println!(
+        "hot_share_pct: one heat-floor pass (once per 5 s of sample time; one of {} slices) \
+         of a full 1Mi table takes {:.2} ms",
+        pghotd::hotness::share::SLICES,
+        heat_floor_pass_ms(TRACKED)
     );
     println!(
         "resident memory of a pre-filled 1Mi table: {:.1} MiB (VmRSS growth) = {:.2} bytes per \

@@ -121,6 +121,16 @@ pub struct HotTable {
     /// 0: none; `u32::MAX` until the table holds heat to rank. Recomputed with the window,
     /// once per [`window::SPAN_NS`] of sample time.
     heat_floor: AtomicU32,
+    /// The heat histogram of each slice of the shards at its last pass.
+    heat_slices: Mutex<HeatSlices>,
+}
+
+/// The heat-floor passes' state: which slice of the shards the next reads, and each slice's
+/// histogram with the table clock when it was read.
+#[derive(Debug, Default)]
+struct HeatSlices {
+    next: usize,
+    latest: Vec<Option<(u32, share::HeatHistogram)>>,
 }
 
 #[inline]
@@ -152,6 +162,7 @@ impl HotTable {
             heat_halflife_ms: AtomicU32::new(0),
             hot_share_pct: AtomicU32::new(0),
             heat_floor: AtomicU32::new(0),
+            heat_slices: Mutex::new(HeatSlices::default()),
         };
         table.set_policy(policy);
         table
@@ -185,24 +196,43 @@ impl HotTable {
 
     /// Sets the heat a candidate needs to the floor of the hottest pages holding
     /// `hot_share_pct` of the tracked heat (every tracked page: those still counting on a
-    /// lower tier and those already promoted, whose top-tier samples keep their heat).
+    /// lower tier and those already promoted, whose top-tier samples keep their heat). Reads
+    /// one slice of the shards and reuses the other slices' last histograms (`share.rs`).
     fn retune_heat_floor(&self) {
         let share = self.hot_share_pct.load(Ordering::Relaxed);
-        let floor = if share == 0 || share >= 100 {
-            0
-        } else {
-            let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
-            let now = self.now_ms();
-            let mut histogram = share::HeatHistogram::default();
-            for shard in self.shards.iter() {
-                let shard = shard.lock();
-                for e in shard.iter() {
-                    histogram.add(decayed(e.heat, e.last_ms, now, halflife));
-                }
-            }
-            histogram.floor_of_share(share)
+        if share == 0 || share >= 100 {
+            self.heat_floor.store(0, Ordering::Relaxed);
+            return;
+        }
+        // Another recorder's flush is at it: that one will set the floor.
+        let Some(mut slices) = self.heat_slices.try_lock() else {
+            return;
         };
-        self.heat_floor.store(floor, Ordering::Relaxed);
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = self.now_ms();
+        let count = share::SLICES.min(self.shards.len());
+        if slices.latest.len() != count {
+            slices.latest = vec![None; count];
+            slices.next = 0;
+        }
+        let slice = slices.next;
+        let shards = self.shards.len();
+        let mut read = share::HeatHistogram::default();
+        for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
+            let shard = shard.lock();
+            for e in shard.iter() {
+                read.add(decayed(e.heat, e.last_ms, now, halflife));
+            }
+        }
+        slices.latest[slice] = Some((now, read));
+        slices.next = (slice + 1) % count;
+        let mut all = share::HeatHistogram::default();
+        for (taken_ms, histogram) in slices.latest.iter().flatten() {
+            let half_lives = f64::from(elapsed_ms(now, *taken_ms)) / f64::from(halflife);
+            all.add_decayed(histogram, half_lives);
+        }
+        self.heat_floor
+            .store(all.floor_of_share(share), Ordering::Relaxed);
     }
 
     /// The heat a candidate needs now (in samples): 0 without `hot_share_pct`, `None` until
@@ -620,6 +650,37 @@ mod tests {
         });
         assert_eq!(t.heat_floor(), Some(0.0));
         assert_eq!(t.record(&access(1, 102, 410)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn the_heat_floor_reads_a_slice_a_pass_and_decays_the_others_exactly() {
+        // 64 Ki pages: 64 shards, so 16 slices of 4.
+        let t = HotTable::new(
+            1 << 16,
+            HotnessConfig {
+                heat_halflife_ms: 60_000,
+                hot_share_pct: 80,
+                ..policy(2, 3_600_000)
+            },
+        );
+        // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
+        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000, so after a
+        // pass over every slice the floor is their bucket's lower bound: 50 samples = 12,800
+        // = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples.
+        for page in 1..=200 {
+            (0..50).for_each(|k| _ = t.record(&access(1, page, k)));
+        }
+        for page in 1000..3000 {
+            t.record(&access(1, page, 100));
+        }
+        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+        assert_eq!(t.heat_floor(), Some(48.0));
+        // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
+        // 0b11001 << 8, so 12 << 9 = 6,144 = 24 samples. The slice this pass reads holds the
+        // decayed heats; the 15 others are shifted down an octave, which must agree.
+        t.record(&access(1, 5000, 60_500));
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(24.0));
     }
 
     #[test]

@@ -18,10 +18,22 @@
 //! page access counts in the same way, sized to the fast tier's capacity rather than to a
 //! share of the accesses.
 //!
-//! The floor is recomputed once per [`SPAN_NS`](super::window::SPAN_NS) of sample time from a
-//! histogram of the tracked pages' heat: 8 buckets per octave, so the floor is the lower
-//! bound of the bucket where the hottest pages' heat reaches the share, which admits up to
-//! one bucket's pages (heats within 9 % of each other) more than the exact share.
+//! The floor comes from a histogram of the tracked pages' heat: 8 buckets per octave, so the
+//! floor is the lower bound of the bucket where the hottest pages' heat reaches the share,
+//! which admits up to one bucket's pages (heats within 9 % of each other) more than the exact
+//! share. Reading every slot of the table for it is the cost: 4.9 ms for a full 1 Mi table
+//! natively (`cargo bench --bench ingest`), but about 4 s in the rig's TCG guest, whose
+//! modelled memory makes each cache miss cost microseconds, so one pass per 5 s of sample time
+//! took most of a vCPU there. So each pass reads one of up to [`SLICES`] slices of the shards
+//! and keeps its histogram with the time it was taken; the floor is computed from every
+//! slice's latest histogram, each decayed to now. Decay is exact for that: a page's heat
+//! halves every half-life whether it is read or not, which moves its mass down 8 buckets and
+//! halves it ([`HeatHistogram::add_decayed`]); only the samples a slice took since its pass
+//! are missing until its next one. The shards are a hash partition of the pages, so until
+//! every slice has been read, those that have are a uniform sample of the table.
+
+/// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
+pub const SLICES: usize = 16;
 
 /// Heats below this each have their own bucket.
 const EXACT: u32 = 16;
@@ -32,12 +44,14 @@ const BUCKETS: usize = 240;
 /// Heat mass of the tracked pages, by heat.
 #[derive(Debug, Clone)]
 pub struct HeatHistogram {
-    mass: [u128; BUCKETS],
+    mass: [f64; BUCKETS],
 }
 
 impl Default for HeatHistogram {
     fn default() -> Self {
-        HeatHistogram { mass: [0; BUCKETS] }
+        HeatHistogram {
+            mass: [0.0; BUCKETS],
+        }
     }
 }
 
@@ -64,7 +78,22 @@ fn lower_bound(index: usize) -> u32 {
 impl HeatHistogram {
     /// Adds one page of heat `heat` (fixed point, as the table keeps it).
     pub fn add(&mut self, heat: u32) {
-        self.mass[bucket(heat)] += u128::from(heat);
+        self.mass[bucket(heat)] += f64::from(heat);
+    }
+
+    /// Adds `other` as it is `half_lives` half-lives later: each bucket's mass is scaled by
+    /// 2^-half_lives and moved down 8 buckets per half-life (to the nearest bucket). Below the
+    /// per-octave buckets (heat under 16/256 of a sample) mass is kept in bucket 0.
+    pub fn add_decayed(&mut self, other: &HeatHistogram, half_lives: f64) {
+        let half_lives = half_lives.max(0.0);
+        let scale = (-half_lives).exp2();
+        // `as` saturates: a shift past the array moves everything to bucket 0.
+        let shift = (half_lives * 8.0).round() as usize;
+        for (index, mass) in other.mass.iter().enumerate() {
+            if *mass > 0.0 {
+                self.mass[index.saturating_sub(shift)] += mass * scale;
+            }
+        }
     }
 
     /// The lowest heat among the hottest pages that together hold `share_pct` of all the heat
@@ -74,15 +103,15 @@ impl HeatHistogram {
         if share_pct == 0 || share_pct >= 100 {
             return 0;
         }
-        let total: u128 = self.mass.iter().sum();
-        if total == 0 {
+        let total: f64 = self.mass.iter().sum();
+        if total <= 0.0 {
             return u32::MAX;
         }
-        let target = total * u128::from(share_pct) / 100;
-        let mut held = 0u128;
+        let target = total * f64::from(share_pct) / 100.0;
+        let mut held = 0.0;
         for index in (0..BUCKETS).rev() {
             held += self.mass[index];
-            if held >= target && self.mass[index] > 0 {
+            if held >= target && self.mass[index] > 0.0 {
                 return lower_bound(index);
             }
         }
@@ -133,6 +162,33 @@ mod tests {
         assert_eq!(h.floor_of_share(0), 0);
         assert_eq!(h.floor_of_share(100), 0);
         assert_eq!(HeatHistogram::default().floor_of_share(80), u32::MAX);
+    }
+
+    #[test]
+    fn a_decayed_histogram_is_the_histogram_of_the_decayed_heats() {
+        // By hand: 10 pages of 1,000 and 90 of 10, as above, two half-lives later: 250 and
+        // 2.5 (the table's heats are whole fixed-point numbers, 2 after two halvings). The
+        // 1,000s move from bucket 9 * 8 - 24 + 15 = 63 (lower bound 960) down 16 to 47
+        // (lower bound 240, holding 240..=255); the 10s (exact buckets) fold into bucket 0.
+        let mut h = HeatHistogram::default();
+        (0..10).for_each(|_| h.add(1000));
+        (0..90).for_each(|_| h.add(10));
+        let mut later = HeatHistogram::default();
+        later.add_decayed(&h, 2.0);
+        assert_eq!(later.mass[47], 2500.0);
+        assert_eq!(later.mass[0], 225.0);
+        assert_eq!(later.floor_of_share(80), 240);
+        // A whole half-life plus a quarter rounds to 10 buckets down; no time, no change.
+        let mut again = HeatHistogram::default();
+        again.add_decayed(&h, 1.25);
+        assert_eq!(again.mass[53], 10_000.0 * (-1.25f64).exp2());
+        let mut same = HeatHistogram::default();
+        same.add_decayed(&h, 0.0);
+        assert_eq!(same.mass, h.mass);
+        // Far later everything is in bucket 0.
+        let mut gone = HeatHistogram::default();
+        gone.add_decayed(&h, 1e9);
+        assert_eq!(gone.mass[1..], [0.0; BUCKETS - 1]);
     }
 
     #[test]

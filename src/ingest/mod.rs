@@ -154,8 +154,10 @@ impl Ingest {
         let rate = self.window_tuner.lock().observe(recorded, now_ns);
         if let Some(per_s) = rate {
             let before = self.table.effective_window_ms();
+            let floor_before = self.table.heat_floor();
             self.table.set_recorded_rate(per_s);
             let after = self.table.effective_window_ms();
+            log_heat_floor(floor_before, self.table.heat_floor());
             if after != before && (after > before * 2 || before > after * 2) {
                 tracing::info!(
                     "{per_s:.0} lower-tier samples/s: the promotion window is now {after} ms \
@@ -570,6 +572,23 @@ impl SinkFactory for Arc<Ingest> {
 impl Drop for Recorder {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+/// Says when the heat a `hot_share_pct` candidate needs first exists or moves by half or more.
+fn log_heat_floor(before: Option<f64>, after: Option<f64>) {
+    let Some(after) = after else {
+        return;
+    };
+    let moved = match before {
+        Some(b) => after > b * 1.5 || b > after * 1.5,
+        None => true,
+    };
+    if after > 0.0 && moved {
+        tracing::info!(
+            "hot_share_pct: a candidate now needs a heat of {after:.2} samples (the coldest of \
+             the hottest tracked pages holding the share)"
+        );
     }
 }
 
