@@ -226,8 +226,13 @@ impl HotTable {
         }
         slices.latest[slice] = Some((now, read));
         slices.next = (slice + 1) % count;
+        // The slices read in the last few passes: a uniform sample of the pages (the shards
+        // are a hash partition), none of it older than those passes. Older slices miss the
+        // samples their pages took since, which matters while heats are still rising.
+        let recent = share::RECENT_SLICES.min(count);
         let mut all = share::HeatHistogram::default();
-        for (taken_ms, histogram) in slices.latest.iter().flatten() {
+        let recent_slices = (0..recent).map(|back| (slice + count - back) % count);
+        for (taken_ms, histogram) in recent_slices.filter_map(|i| slices.latest[i].as_ref()) {
             let half_lives = f64::from(elapsed_ms(now, *taken_ms)) / f64::from(halflife);
             all.add_decayed(histogram, half_lives);
         }
@@ -664,8 +669,9 @@ mod tests {
             },
         );
         // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
-        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000, so after a
-        // pass over every slice the floor is their bucket's lower bound: 50 samples = 12,800
+        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (and so in
+        // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
+        // 500 cold of 500), so the floor is their bucket's lower bound: 50 samples = 12,800
         // = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples.
         for page in 1..=200 {
             (0..50).for_each(|k| _ = t.record(&access(1, page, k)));
@@ -677,7 +683,7 @@ mod tests {
         assert_eq!(t.heat_floor(), Some(48.0));
         // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
         // 0b11001 << 8, so 12 << 9 = 6,144 = 24 samples. The slice this pass reads holds the
-        // decayed heats; the 15 others are shifted down an octave, which must agree.
+        // decayed heats; the 3 other recent ones are shifted down an octave, which must agree.
         t.record(&access(1, 5000, 60_500));
         t.set_recorded_rate(1.0);
         assert_eq!(t.heat_floor(), Some(24.0));

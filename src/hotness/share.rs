@@ -25,15 +25,21 @@
 //! natively (`cargo bench --bench ingest`), but about 4 s in the rig's TCG guest, whose
 //! modelled memory makes each cache miss cost microseconds, so one pass per 5 s of sample time
 //! took most of a vCPU there. So each pass reads one of up to [`SLICES`] slices of the shards
-//! and keeps its histogram with the time it was taken; the floor is computed from every
-//! slice's latest histogram, each decayed to now. Decay is exact for that: a page's heat
-//! halves every half-life whether it is read or not, which moves its mass down 8 buckets and
-//! halves it ([`HeatHistogram::add_decayed`]); only the samples a slice took since its pass
-//! are missing until its next one. The shards are a hash partition of the pages, so until
-//! every slice has been read, those that have are a uniform sample of the table.
+//! and keeps its histogram with the time it was taken; the floor is computed from the
+//! [`RECENT_SLICES`] latest histograms, each decayed to now. Decay is exact for that: a page's
+//! heat halves every half-life whether it is read or not, which moves its mass down 8 buckets
+//! and halves it ([`HeatHistogram::add_decayed`]); what a slice's histogram misses is the
+//! samples its pages took since it was read, which is why only recent slices are used: with
+//! all 16, a table whose heats were still rising (a phase's first minute) kept a floor drawn
+//! mostly from slices read when every page had a sample or two. The shards are a hash
+//! partition of the pages, so the recent slices are a uniform sample of the table.
 
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
+
+/// The floor is drawn from the slices read in this many latest passes (a quarter of the
+/// table, read within the last 20 s of sample time).
+pub const RECENT_SLICES: usize = 4;
 
 /// Heats below this each have their own bucket.
 const EXACT: u32 = 16;
