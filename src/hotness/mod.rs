@@ -12,7 +12,9 @@
 //! - the window widens when samples are sparse, in total or per page (`window.rs`), so a page's
 //!   first sample is remembered as long as the sampling rate needs to see it again;
 //! - a sample of a top-tier page is not recorded (it only refreshes the heat of a page already
-//!   tracked, such as one we promoted).
+//!   tracked, such as one we promoted);
+//! - with `hot_share_pct`, a candidate must also have the heat of the hottest tracked pages
+//!   holding that share of the heat (`share.rs`).
 //!
 //! The table's clock is the samples' own time, so a replay is deterministic and as fast as the
 //! machine allows. A decayed heat (halved per `heat_halflife_ms` epoch, lazily) ranks pages.
@@ -23,10 +25,11 @@
 //! `heat_of`, `unqueue`, the `mark_*`) takes its shard's mutex for that one operation (a probe,
 //! at most one insert and, when the shard is full, one eviction pass over that shard) and takes
 //! no other lock while holding it. The table-wide reads (`len`, `evicted`, `memory_bytes`,
-//! `for_each_page`, `hottest`, `counting_pages`) lock the shards one after another, never two
-//! at once; they serve the control plane, the migrators' demotion and audit passes, the exit
-//! summary and (`counting_pages`, through `set_recorded_rate`) a recorder's flush once per 5 s
-//! of sample time, never the per-sample path. Without a lock: the policy knobs
+//! `for_each_page`, `hottest`, `counting_pages`, the heat-floor pass) lock the shards one after
+//! another, never two at once; they serve the control plane, the migrators' demotion and audit
+//! passes, the exit summary and (`counting_pages` and the heat-floor pass, through
+//! `set_recorded_rate`) a recorder's flush once per 5 s of sample time, never the per-sample
+//! path. Without a lock: the policy knobs
 //! (relaxed atomics) and `prefetch` (the slot arrays' addresses, fixed at creation). Taking and
 //! releasing an uncontended `parking_lot` mutex is one compare-and-swap each; a contended one
 //! spins briefly, then parks the thread. A shard stays locked through an eviction pass, so a
