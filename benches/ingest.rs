@@ -39,6 +39,8 @@
 // In a directory of its own, which Cargo does not take for another bench target.
 #[path = "ingest/dash.rs"]
 mod dash;
+#[path = "ingest/floor.rs"]
+mod floor;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -693,32 +695,6 @@ fn wake_cost() -> f64 {
     sending.as_nanos() as f64 / f64::from(SENDS)
 }
 
-/// Milliseconds of one `hot_share_pct` heat-floor pass (`set_recorded_rate` with the share
-/// on: one slice of the shards read, every slice's histogram combined) on a full table of
-/// `tracked` pages, each sampled once: best of [`RUNS`].
-fn heat_floor_pass_ms(tracked: usize) -> f64 {
-    let policy = HotnessConfig {
-        hot_share_pct: 80,
-        ..HotnessConfig::default()
-    };
-    let table = HotTable::new(tracked, policy);
-    for page in 0..tracked as u64 {
-        table.record(&Access {
-            key: key(page),
-            time_ns: time_ns(page),
-            node: LOWER_NODE,
-            op: AccessOp::Load,
-        });
-    }
-    (0..RUNS)
-        .map(|_| {
-            let start = Instant::now();
-            table.set_recorded_rate(1.0);
-            start.elapsed().as_secs_f64() * 1e3
-        })
-        .fold(f64::INFINITY, f64::min)
-}
-
 fn run(spec: &Spec, threads: usize, samples: usize) -> Row {
     match spec.kind {
         Kind::Table { tracked } => table_row::<HotTable>(spec, tracked, threads, samples),
@@ -887,7 +863,7 @@ fn main() {
         "hot_share_pct: one heat-floor pass (once per 5 s of sample time; one of {} slices) \
          of a full 1Mi table takes {:.2} ms",
         pghotd::hotness::share::SLICES,
-        heat_floor_pass_ms(TRACKED)
+        floor::heat_floor_pass_ms(TRACKED)
     );
     println!(
         "resident memory of a pre-filled 1Mi table: {:.1} MiB (VmRSS growth) = {:.2} bytes per \
