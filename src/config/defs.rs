@@ -179,16 +179,17 @@ pub static SETTINGS: &[Setting] = &[
     Setting::int("hot_share_pct", 0, 100, field!(policy.hot_share_pct))
         .flag("hot-share-pct", "PCT")
         .help(
-            "A candidate must also be among the hottest tracked pages that together hold this \
-             percentage of their heat (promoted pages included), so promotion stops where the \
-             hot set ends; pair it with a heat_halflife_ms that spans several samples of a hot \
-             page; 0 or 100: off [default: {default}]",
+            "A candidate must also be among the hottest tracked pages (of every managed process \
+             together) that hold this percentage of their heat (promoted pages included), so \
+             promotion stops where the hot set ends; pair it with a heat_halflife_ms that spans \
+             several samples of a hot page; 0 or 100: off [default: {default}]",
         )
         .doc(
-            "a candidate must also be among the hottest tracked pages that together hold this \
-             share of their heat (promoted pages included): promotion stops where the hot set \
-             ends; pair it with a `heat_halflife_ms` spanning several samples of a hot page; 0 \
-             or 100: off",
+            "a candidate must also be among the hottest tracked pages (of every managed process \
+             together) that hold this share of their heat (promoted pages included): promotion \
+             stops where the hot set ends; pair it with a `heat_halflife_ms` spanning several \
+             samples of a hot page; 0 or 100: off",
+
         )
         .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))

@@ -18,6 +18,10 @@
 //! page access counts in the same way, sized to the fast tier's capacity rather than to a
 //! share of the accesses.
 //!
+//! The floor is one for the whole table, every managed process's pages together: a process
+//! sampled less than another (fewer accesses, or a sparser source) has to meet the floor the
+//! busier one's pages set. A floor per process would need a histogram per process; not built.
+//!
 //! The floor comes from a histogram of the tracked pages' heat: 8 buckets per octave, so the
 //! floor is the lower bound of the bucket where the hottest pages' heat reaches the share,
 //! which admits up to one bucket's pages (heats within 9 % of each other) more than the exact
