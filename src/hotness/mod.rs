@@ -239,8 +239,12 @@ impl HotTable {
             let half_lives = f64::from(elapsed_ms(now, *taken_ms)) / f64::from(halflife);
             all.add_decayed(histogram, half_lives);
         }
-        self.heat_floor
-            .store(all.floor_of_share(share), Ordering::Relaxed);
+        let floor = all.floor_of_share(share);
+        // No heat in the recent slices (a few tracked pages, all in other slices): the last
+        // floor stands; with none yet, nothing is shown to be hot.
+        if floor != u32::MAX || self.heat_floor.load(Ordering::Relaxed) == 0 {
+            self.heat_floor.store(floor, Ordering::Relaxed);
+        }
     }
 
     /// The heat a candidate needs now (in samples): 0 without `hot_share_pct`, `None` until
@@ -660,17 +664,22 @@ mod tests {
         assert_eq!(t.record(&access(1, 102, 410)), Recorded::Candidate);
     }
 
-    #[test]
-    fn the_heat_floor_reads_a_slice_a_pass_and_decays_the_others_exactly() {
-        // 64 Ki pages: 64 shards, so 16 slices of 4.
-        let t = HotTable::new(
+    /// 64 Ki pages: 64 shards, so 16 slices of 4; an 80 % share, a one-minute half-life,
+    /// threshold 2 and a window as wide as the tests.
+    fn sliced_share_table() -> HotTable {
+        HotTable::new(
             1 << 16,
             HotnessConfig {
                 heat_halflife_ms: 60_000,
                 hot_share_pct: 80,
                 ..policy(2, 3_600_000)
             },
-        );
+        )
+    }
+
+    #[test]
+    fn the_heat_floor_reads_a_slice_a_pass_and_decays_the_others_exactly() {
+        let t = sliced_share_table();
         // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
         // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (and so in
         // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
@@ -690,6 +699,28 @@ mod tests {
         t.record(&access(1, 5000, 60_500));
         t.set_recorded_rate(1.0);
         assert_eq!(t.heat_floor(), Some(24.0));
+    }
+
+    #[test]
+    fn a_floor_stands_while_the_recent_slices_hold_no_heat() {
+        // 64 shards in 16 slices; 3 pages fall in at most 3 slices, so at least 4 of the 16
+        // windows of 4 consecutive slices hold none of them.
+        let t = sliced_share_table();
+        for page in 1..=3 {
+            (0..10).for_each(|k| _ = t.record(&access(1, page, k)));
+        }
+        let floors: Vec<Option<f64>> = (0..32)
+            .map(|_| {
+                t.set_recorded_rate(1.0);
+                t.heat_floor()
+            })
+            .collect();
+        let first = floors.iter().position(Option::is_some).expect("a floor");
+        // 10 samples = 2,560 = 0b1010 << 8: lower bound 10 samples.
+        assert!(
+            floors[first..].iter().all(|f| *f == Some(10.0)),
+            "{floors:?}"
+        );
     }
 
     #[test]

@@ -36,7 +36,8 @@
 //! samples its pages took since it was read, which is why only recent slices are used: with
 //! all 16, a table whose heats were still rising (a phase's first minute) kept a floor drawn
 //! mostly from slices read when every page had a sample or two. The shards are a hash
-//! partition of the pages, so the recent slices are a uniform sample of the table.
+//! partition of the pages, so the recent slices are a uniform sample of the table; when they
+//! hold no heat at all (a few tracked pages, all in other slices) the last floor stands.
 
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
