@@ -8,7 +8,7 @@ use pghotd::sample::AccessOp;
 use super::{LOWER_NODE, RUNS, key, time_ns};
 
 /// Milliseconds of one `hot_share_pct` heat-floor pass (`set_recorded_rate` with the share
-/// on: one slice of the shards read, every slice's histogram combined) on a full table of
+/// on: one slice of the shards read, the last 4 slices' histograms combined) on a full table of
 /// `tracked` pages, each sampled once: best of [`RUNS`].
 pub fn heat_floor_pass_ms(tracked: usize) -> f64 {
     let policy = HotnessConfig {
