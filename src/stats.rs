@@ -461,8 +461,12 @@ counters! {
     /// Candidates held back because the fast tier has room only for hotter ones
     /// (capacity-aware admission); offered again on their next sample.
     PgpromoteFailCold => "pgpromote_fail_cold" as Metric::of(&PROMOTE_FAILURES, "cold"),
-    /// Pages pghotd promoted earlier and moved back to a lower tier (`demote = true`).
+    /// Pages pghotd promoted earlier and moved back to a lower tier (`demote = true`, or
+    /// `demote_below_floor_pct`).
     PgdemoteSuccess => "pgdemote_success" as Metric::count("demoted_pages"),
+    /// Of `pgdemote_success`, pages moved back because their heat fell under
+    /// `demote_below_floor_pct` of the heat floor (whatever the free memory).
+    PgdemoteBelowFloor => "pgdemote_below_floor" as Metric::count("demoted_below_floor_pages"),
     /// Demotions that did not happen (the page vanished, is busy, or the call failed).
     PgdemoteFail => "pgdemote_fail" as Metric::count("demote_failures"),
     /// Pages moved by an operator's `pghotctl migrate`.

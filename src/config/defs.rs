@@ -192,6 +192,26 @@ pub static SETTINGS: &[Setting] = &[
 
         )
         .runtime(),
+    Setting::int(
+        "demote_below_floor_pct",
+        0,
+        99,
+        field!(policy.demote_below_floor_pct),
+    )
+    .flag("demote-below-floor-pct", "PCT")
+    .help(
+        "Move a page pghotd promoted back to its lower tier once its heat falls under this \
+         percentage of the hot_share_pct floor, whatever the free memory and within \
+         promote_rate_limit_MBps; corrects promotions made on a few samples; needs \
+         hot_share_pct; 0: off [default: {default}]",
+    )
+    .doc(
+        "move a page pghotd promoted back to its lower tier once its heat falls under this \
+         percentage of the `hot_share_pct` floor, whatever the free memory and within \
+         `promote_rate_limit_MBps` (`pgdemote_below_floor`); corrects promotions made on a few \
+         samples; needs `hot_share_pct`; 0: off",
+    )
+    .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))
         .flag("pid", "PID")
         .help("Manage only this process; repeat for several [default: {default}]")

@@ -527,6 +527,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("max_tracked_pages", "1048576", Some((1024, 1 << 32))),
     ("heat_halflife_ms", "1000", Some((1, 3_600_000))),
     ("hot_share_pct", "0", Some((0, 100))),
+    ("demote_below_floor_pct", "0", Some((0, 99))),
     ("pids", "[]", Some((1, 4_194_303))),
     ("dry_run", "false", None),
     ("demote", "false", None),
@@ -630,6 +631,7 @@ fn runtime_keys_are_the_documented_ones() {
         keys,
         [
             "demote",
+            "demote_below_floor_pct",
             "demote_free_pct",
             "freq_threshold",
             "heat_halflife_ms",

@@ -127,6 +127,12 @@ impl Demoter {
         cold.into_iter().map(|(k, _)| k).collect()
     }
 
+    /// Takes budget for up to `pages` pages of `page_bytes` moved back for another reason
+    /// than the watermark (`demote_below_floor_pct`); returns how many it covers.
+    pub fn take_budget(&mut self, now: Duration, page_bytes: u64, pages: usize) -> usize {
+        self.bucket.take_units(now, page_bytes, pages)
+    }
+
     /// Returns budget for pages that did not move.
     pub fn refund(&mut self, bytes: u64) {
         self.bucket.refund(bytes);

@@ -48,7 +48,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             };
             self.requery_ranges(&ranges);
         }
-        if !self.config.demote || self.config.dry_run {
+        if self.config.dry_run {
+            return;
+        }
+        self.demote_fallen();
+        if !self.config.demote {
             return;
         }
         for fast in self.demotes_from.clone() {
@@ -68,6 +72,23 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                     .victims(&self.table, fast, wanted, now, crate::hotness::PAGE_SIZE);
             self.demote_pages(victims);
         }
+    }
+
+    /// Moves back, within the demotion budget, the pages pghotd promoted to this migrator's
+    /// fast nodes whose heat fell under `demote_below_floor_pct` of the heat floor (see
+    /// `hotness::share`); what the budget leaves waits for the next upkeep.
+    fn demote_fallen(&mut self) {
+        let mut fallen = self.table.take_fallen(&self.demotes_from);
+        if fallen.is_empty() {
+            return;
+        }
+        let now = self.clock.now();
+        let allowed = self
+            .demoter
+            .take_budget(now, crate::hotness::PAGE_SIZE, fallen.len());
+        self.table.give_back_fallen(fallen.split_off(allowed));
+        let moved = self.demote_pages(fallen);
+        self.stats.add(Counter::PgdemoteBelowFloor, moved);
     }
 
     /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and
@@ -149,9 +170,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
     }
 
-    /// Moves `victims` (pages on a fast node) back to this migrator's node.
-    fn demote_pages(&mut self, mut victims: Vec<PageKey>) {
+    /// Moves `victims` (pages on a fast node) back to this migrator's node; returns how many
+    /// moved.
+    fn demote_pages(&mut self, mut victims: Vec<PageKey>) -> u64 {
         victims.sort_unstable();
+        let mut moved_all = 0;
         let mut start = 0;
         while start < victims.len() {
             let pid = victims[start].pid();
@@ -181,7 +204,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             self.stats.add(Counter::PgdemoteSuccess, moved);
             self.stats.add(Counter::PgdemoteFail, failed);
             self.demoter.refund(failed * crate::hotness::PAGE_SIZE);
+            moved_all += moved;
             start = end;
         }
+        moved_all
     }
 }

@@ -78,9 +78,10 @@ pub struct PghotdPolicy {
     pub freq_threshold: u16,
     pub promote_window_ms: u32,
     pub demote: bool,
-    /// The daemon's `heat_halflife_ms` and `hot_share_pct`.
+    /// The daemon's `heat_halflife_ms`, `hot_share_pct` and `demote_below_floor_pct`.
     pub heat_halflife_ms: u32,
     pub hot_share_pct: u8,
+    pub demote_below_floor_pct: u8,
 }
 
 /// `pghot-sim --promote-window-ms` when not given: the daemon's default `promote_window_ms`
@@ -101,6 +102,7 @@ impl PghotdPolicy {
             demote: false,
             heat_halflife_ms: HotnessConfig::default().heat_halflife_ms,
             hot_share_pct: HotnessConfig::default().hot_share_pct,
+            demote_below_floor_pct: HotnessConfig::default().demote_below_floor_pct,
         }
     }
 }
@@ -358,6 +360,7 @@ impl PghotdEngine {
                 ),
                 heat_halflife_ms: policy.heat_halflife_ms,
                 hot_share_pct: policy.hot_share_pct,
+                demote_below_floor_pct: policy.demote_below_floor_pct,
             },
             target_nid: Some(FAST),
             migrator: config,

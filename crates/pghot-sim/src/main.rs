@@ -65,6 +65,11 @@ struct Args {
     #[arg(long, default_value_t = pghotd::hotness::HotnessConfig::default().hot_share_pct,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     hot_share_pct: u8,
+    /// Move promoted pages back once their heat falls under this % of the `hot_share_pct`
+    /// floor (0..=99, as the daemon's `demote_below_floor_pct`; the default is the daemon's).
+    #[arg(long, default_value_t = pghotd::hotness::HotnessConfig::default().demote_below_floor_pct,
+          value_parser = clap::value_parser!(u8).range(0..=99))]
+    demote_below_floor_pct: u8,
     /// Divide every size (pages, sample and migration rates) by this (1 to 2^20).
     #[arg(long, default_value_t = 64.0, value_parser = scale)]
     scale: f64,
@@ -199,6 +204,7 @@ fn planned_runs(args: &Args) -> Vec<SimParams> {
         demote,
         heat_halflife_ms: args.heat_halflife_ms,
         hot_share_pct: args.hot_share_pct,
+        demote_below_floor_pct: args.demote_below_floor_pct,
     };
     match args.compare {
         Some(_) => {

@@ -15,6 +15,16 @@ fn promote_sampled(rig: &mut Rig, batch: &mut Vec<Candidate>) {
     rig.migrator.process(batch);
 }
 
+/// One sample of pid 10's page `page` on fast node 0 at `ms`.
+fn fast_sample(rig: &Rig, page: u64, ms: u64) {
+    rig.table.touch(&Access {
+        key: PageKey::new(10, page * PAGE_SIZE).unwrap(),
+        time_ns: ms * 1_000_000,
+        node: 0,
+        op: AccessOp::Load,
+    });
+}
+
 #[test]
 fn the_audit_finds_pages_the_kernel_moved_back_and_tracks_them_as_lower_tier() {
     let mut rig = rig(MigratorConfig::default());
@@ -152,12 +162,7 @@ fn demotion_moves_back_our_coldest_pages_under_the_low_watermark() {
     // Promote six pages; pages 0-2 then go cold, 3-5 stay hot.
     let (mut rig, free) = rig_with_promoted(true, 6, 6);
     for page in 3..6 {
-        rig.table.touch(&Access {
-            key: PageKey::new(10, page * PAGE_SIZE).unwrap(),
-            time_ns: 10_000_000_000,
-            node: 0,
-            op: AccessOp::Load,
-        });
+        fast_sample(&rig, page, 10_000);
     }
     // Plenty free: nothing moves.
     rig.migrator.maintain();
@@ -196,4 +201,36 @@ fn demotion_is_off_by_default() {
     free.0.lock().insert(0, 0);
     rig.migrator.maintain();
     assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
+}
+
+#[test]
+fn our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory() {
+    // Four pages promoted on two samples each; then pages 0 and 1 take 100 samples on the
+    // fast node. Heat is the sample count (an hour's half-life). By hand: 80 % of 208 is
+    // 166.4, inside the 102-sample pages: 102 = 0b110_0110, top 4 bits 1100 -> a floor of 96
+    // samples; pages 2 and 3 (2 samples) are under half of it.
+    for (pct, back) in [(0, 0), (50, 2)] {
+        let (mut rig, _free) = rig_with_promoted(false, 4, 4);
+        for page in 0..2 {
+            (0..100).for_each(|_| fast_sample(&rig, page, 1));
+        }
+        rig.table.set_policy(HotnessConfig {
+            heat_halflife_ms: 3_600_000,
+            hot_share_pct: 80,
+            demote_below_floor_pct: pct,
+            ..rig.table.policy()
+        });
+        // 4 shards, so 4 slices: one sweep sets the floor, a second checks every page with it.
+        (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
+        assert_eq!(rig.table.heat_floor(), Some(96.0));
+        // Plenty free (no watermark involved), demote = false.
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), back);
+        assert_eq!(counter(&rig, Counter::PgdemoteBelowFloor), back);
+        let mem = rig.mover.0.lock();
+        let on_slow: Vec<u64> = (0..4)
+            .filter(|p| mem.pages[&(10, p * PAGE_SIZE)] == SLOW)
+            .collect();
+        assert_eq!(on_slow, if back > 0 { vec![2, 3] } else { vec![] });
+    }
 }
