@@ -40,6 +40,7 @@
 
 pub mod candidate;
 pub mod entry;
+pub mod fallen;
 pub mod share;
 pub mod window;
 
@@ -73,7 +74,7 @@ pub struct HotnessConfig {
     /// the tracked pages' heat (see [`share`]); 0 or 100: no such limit.
     pub hot_share_pct: u8,
     /// Pages pghotd promoted whose heat falls under this percentage of the `hot_share_pct`
-    /// floor are handed to the migrators to move back (see [`HotTable::take_fallen`]); 0: off.
+    /// floor are handed to the migrators to move back (see [`fallen`]); 0: off.
     pub demote_below_floor_pct: u8,
 }
 
@@ -131,9 +132,9 @@ pub struct HotTable {
     /// The heat histogram of each slice of the shards at its last pass.
     heat_slices: Mutex<HeatSlices>,
     demote_below_floor_pct: AtomicU32,
-    /// Pages pghotd promoted that a floor pass found under `demote_below_floor_pct` of the
-    /// floor, for the migrators (at most [`share::FALLEN_MAX`]).
-    fallen: Mutex<Vec<PageKey>>,
+    /// With `demote_below_floor_pct`, the pages pghotd promoted, per fast node (see
+    /// [`fallen`]).
+    promoted_lists: Mutex<fallen::PromotedLists>,
 }
 
 /// The heat-floor passes' state: which slice of the shards the next reads, and each slice's
@@ -175,7 +176,7 @@ impl HotTable {
             heat_floor: AtomicU32::new(0),
             heat_slices: Mutex::new(HeatSlices::default()),
             demote_below_floor_pct: AtomicU32::new(0),
-            fallen: Mutex::new(Vec::new()),
+            promoted_lists: Mutex::new(fallen::PromotedLists::default()),
         };
         table.set_policy(policy);
         table
@@ -194,6 +195,7 @@ impl HotTable {
             .store(u32::from(policy.hot_share_pct), Ordering::Relaxed);
         self.demote_below_floor_pct
             .store(u32::from(policy.demote_below_floor_pct), Ordering::Relaxed);
+        self.list_promoted(policy.demote_below_floor_pct > 0);
         self.retune_window();
         self.retune_heat_floor();
     }
@@ -232,18 +234,11 @@ impl HotTable {
         }
         let slice = slices.next;
         let shards = self.shards.len();
-        let demoting = self.demote_below_floor_pct.load(Ordering::Relaxed) > 0;
         let mut read = share::HeatHistogram::default();
-        // Our promoted pages in the slice, with their heat: checked against the new floor.
-        let mut ours: Vec<(PageKey, u32)> = Vec::new();
         for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
             let shard = shard.lock();
             for e in shard.iter() {
-                let heat = decayed(e.heat, e.last_ms, now, halflife);
-                read.add(heat);
-                if demoting && e.is_promoted() {
-                    ours.push((e.key(), heat));
-                }
+                read.add(decayed(e.heat, e.last_ms, now, halflife));
             }
         }
         slices.latest[slice] = Some((now, read));
@@ -264,14 +259,6 @@ impl HotTable {
         if floor != u32::MAX || self.heat_floor.load(Ordering::Relaxed) == 0 {
             self.heat_floor.store(floor, Ordering::Relaxed);
         }
-        if let Some(below) = self.demote_below() {
-            let mut fallen = self.fallen.lock();
-            let room = share::FALLEN_MAX.saturating_sub(fallen.len());
-            let under = ours
-                .into_iter()
-                .filter(|&(_, heat)| f64::from(heat) < below);
-            fallen.extend(under.map(|(key, _)| key).take(room));
-        }
     }
 
     /// The heat (fixed point) under which a page pghotd promoted goes back: the floor times
@@ -283,45 +270,45 @@ impl HotTable {
             .then(|| f64::from(floor) * f64::from(pct) / 100.0)
     }
 
-    /// The pages pghotd promoted to one of `nodes` that the floor passes found under
-    /// `demote_below_floor_pct` of the floor and that are still ours, still there and still
-    /// under it now (a sample since may have lifted one), for a migrator to move back. Pages
-    /// on other nodes stay for their migrator; the rest are dropped: a later pass finds them
-    /// again if they are still under. Hand back what could not move with
-    /// [`give_back_fallen`](Self::give_back_fallen).
+    /// Re-checks up to [`fallen::CHECK_PER_UPKEEP`] of the pages pghotd promoted to each of
+    /// `nodes` (see [`fallen`]) and returns those still ours, still there and under
+    /// `demote_below_floor_pct` of the heat floor, for a migrator to move back; nothing while
+    /// that is off or no floor exists.
     pub fn take_fallen(&self, nodes: &[NodeId]) -> Vec<PageKey> {
-        let listed = std::mem::take(&mut *self.fallen.lock());
         let Some(below) = self.demote_below() else {
             return Vec::new();
         };
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
-        let mut others = Vec::new();
-        let mut mine = Vec::new();
-        for key in listed {
-            let (lock, hash) = self.shard_of(key);
-            let shard = lock.lock();
-            let Some(e) = shard.get(key, hash).filter(|e| e.is_promoted()) else {
-                continue;
-            };
-            if !nodes.contains(&e.node()) {
-                others.push(key);
-            } else if f64::from(decayed(e.heat, e.last_ms, shard.now_ms, halflife)) < below {
-                mine.push(key);
-            }
+        let mut lists = self.promoted_lists.lock();
+        let mut fallen = Vec::new();
+        for &node in nodes {
+            fallen.extend(lists.recheck(node, fallen::CHECK_PER_UPKEEP, |key| {
+                let (lock, hash) = self.shard_of(key);
+                let shard = lock.lock();
+                let e = shard.get(key, hash)?;
+                (e.is_promoted() && e.node == node)
+                    .then(|| f64::from(decayed(e.heat, e.last_ms, shard.now_ms, halflife)) < below)
+            }));
         }
-        self.give_back_fallen(others);
-        // Two sweeps can list a page twice before a migrator takes the list.
-        mine.sort_unstable();
-        mine.dedup();
-        mine
+        // A page moved back and promoted again before a re-check saw it leave is listed twice.
+        fallen.sort_unstable();
+        fallen.dedup();
+        fallen
     }
 
-    /// Pages from [`take_fallen`](Self::take_fallen) a migrator did not move (its budget ran
-    /// out, or they belong to another migrator's nodes): listed again.
-    pub fn give_back_fallen(&self, keys: Vec<PageKey>) {
-        let mut fallen = self.fallen.lock();
-        let room = share::FALLEN_MAX.saturating_sub(fallen.len());
-        fallen.extend(keys.into_iter().take(room));
+    /// Lists pages pghotd promotes while `demote_below_floor_pct` is set (starting with those
+    /// promoted already, from a walk of the table), or stops and forgets.
+    fn list_promoted(&self, on: bool) {
+        let already = || {
+            let mut ours = Vec::new();
+            self.for_each_page(|e, _| {
+                if e.is_promoted() {
+                    ours.push((e.node(), e.key()));
+                }
+            });
+            ours
+        };
+        self.promoted_lists.lock().set_on(on, already);
     }
 
     /// The heat a candidate needs now (in samples): 0 without `hot_share_pct`, `None` until
@@ -520,6 +507,10 @@ impl HotTable {
             e.flags = (e.flags & !FLAG_QUEUED) | FLAG_PROMOTED;
             e.count = 0;
         });
+        if self.demote_below_floor_pct.load(Ordering::Relaxed) > 0 {
+            let mut lists = self.promoted_lists.lock();
+            lists.note(key, node, self.max_tracked_pages);
+        }
     }
 
     /// The page is back on `node` (a lower tier: pghotd demoted it, or the migrators' audit
@@ -744,7 +735,7 @@ mod tests {
     }
 
     #[test]
-    fn pages_we_promoted_that_fall_under_a_share_of_the_floor_are_listed_for_their_node() {
+    fn pages_we_promoted_that_fall_under_a_share_of_the_floor_are_handed_to_their_node() {
         // 1024 pages: one shard, so each pass reads the whole table. Heat is the sample count
         // (an hour's half-life); an 80 % share; promoted pages under half the floor go back.
         let t = HotTable::new(
@@ -752,7 +743,6 @@ mod tests {
             HotnessConfig {
                 heat_halflife_ms: 3_600_000,
                 hot_share_pct: 80,
-                demote_below_floor_pct: 50,
                 ..policy(2, 3_600_000)
             },
         );
@@ -764,35 +754,44 @@ mod tests {
                 })
             })
         };
+        let key = |page| access(1, page, 0).key;
         // By hand: pages 1..=10 take 100 samples each (1,000); promoted by us, page 20 (3
-        // samples) to node 0, page 21 (60) to node 0, page 22 (3) to node 1; page 23 (3) was
-        // promoted to node 0 by someone else. 80 % of 1,069 is 855.2, inside the 100-sample
-        // pages: 100 = 0b110_0100, top 4 bits 1100 -> 96 samples; half of it is 48.
+        // samples) to node 0 before the setting was on (the table's walk finds it), page 21
+        // (60) to node 0 and page 22 (3) to node 1 after; page 23 (3) was promoted to node 0
+        // by someone else. 80 % of 1,069 is 855.2, inside the 100-sample pages: 100 =
+        // 0b110_0100, top 4 bits 1100 -> 96 samples; half of it is 48.
         (1..=10).for_each(|page| sampled(page, 100, 2));
-        for (page, n, node) in [(20, 3, 0), (21, 60, 0), (22, 3, 1)] {
+        sampled(20, 3, 2);
+        t.mark_promoted_by_us(key(20), 0);
+        t.set_policy(HotnessConfig {
+            demote_below_floor_pct: 50,
+            ..t.policy()
+        });
+        for (page, n, node) in [(21, 60, 0), (22, 3, 1)] {
             sampled(page, n, 2);
-            t.mark_promoted_by_us(access(1, page, 0).key, node);
+            t.mark_promoted_by_us(key(page), node);
         }
         sampled(23, 3, 2);
-        t.mark_promoted(access(1, 23, 0).key, 0);
+        t.mark_promoted(key(23), 0);
         t.set_recorded_rate(1.0);
         assert_eq!(t.heat_floor(), Some(96.0));
-        let key = |page| access(1, page, 0).key;
-        // Node 0's migrator gets page 20 (page 21 is above 48, page 23 is not ours); page
-        // 22 stays listed for node 1's.
+        // Node 0's migrator gets page 20 (page 21 is above 48, page 23 is not ours), node
+        // 1's page 22; until they move, each re-check finds them again.
         assert_eq!(t.take_fallen(&[0]), vec![key(20)]);
         assert_eq!(t.take_fallen(&[1]), vec![key(22)]);
-        assert_eq!(t.take_fallen(&[0, 1]), vec![]);
-        // Handed back and then sampled 50 more times on the fast node: no longer under.
-        t.give_back_fallen(vec![key(20)]);
+        assert_eq!(t.take_fallen(&[0, 1]), vec![key(20), key(22)]);
+        // Page 20 takes 50 samples on the fast node: no longer under. Page 22 is moved back.
         sampled(20, 50, 0);
-        assert_eq!(t.take_fallen(&[0]), vec![]);
-        // Off: a pass lists nothing.
+        t.mark_demoted(key(22), 2);
+        assert_eq!(t.take_fallen(&[0, 1]), vec![]);
+        // Promoted again later and cold: listed again.
+        t.mark_promoted_by_us(key(22), 1);
+        assert_eq!(t.take_fallen(&[1]), vec![key(22)]);
+        // Off: nothing.
         t.set_policy(HotnessConfig {
             demote_below_floor_pct: 0,
             ..t.policy()
         });
-        t.set_recorded_rate(1.0);
         assert_eq!(t.take_fallen(&[0, 1]), vec![]);
     }
 

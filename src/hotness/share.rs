@@ -38,25 +38,12 @@
 //! mostly from slices read when every page had a sample or two. The shards are a hash
 //! partition of the pages, so the recent slices are a uniform sample of the table; when they
 //! hold no heat at all (a few tracked pages, all in other slices) the last floor stands.
-
 //!
 //! The floor also corrects what was promoted before it stood where it does
-//! (`demote_below_floor_pct`): a promotion is a bet on a few samples, made while the floor
-//! rests on a phase's first seconds or when a warm page's windowed heat crossed it by chance.
-//! Each pass also lists the pages pghotd promoted, in the slice it read, whose heat is under
-//! that percentage of the new floor; the migrators move them back within the promotion rate
-//! ([`HotTable::take_fallen`](super::HotTable::take_fallen)). The gap between the floor and
-//! the share of it is the hysteresis that keeps a page near the floor from moving back and
-//! forth on every sample.
+//! (`demote_below_floor_pct`): see [`fallen`](super::fallen).
 
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
-
-/// Pages the floor passes list for moving back at most, until the migrators take them: a
-/// sweep of the slices lists each page at most once, and the migrators take the list every
-/// migrate interval, so this bound is only met when they cannot keep up (a later sweep lists
-/// what was left out again). 64 Ki keys: 512 KiB.
-pub const FALLEN_MAX: usize = 1 << 16;
 
 /// The floor is drawn from the slices read in this many latest passes (a quarter of the
 /// table, read within the last 20 s of sample time).

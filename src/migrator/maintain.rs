@@ -76,7 +76,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     /// Moves back, within the demotion budget, the pages pghotd promoted to this migrator's
     /// fast nodes whose heat fell under `demote_below_floor_pct` of the heat floor (see
-    /// `hotness::share`); what the budget leaves waits for the next upkeep.
+    /// `hotness::fallen`); what the budget leaves is found again at a later upkeep.
     fn demote_fallen(&mut self) {
         let mut fallen = self.table.take_fallen(&self.demotes_from);
         if fallen.is_empty() {
@@ -86,7 +86,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let allowed = self
             .demoter
             .take_budget(now, crate::hotness::PAGE_SIZE, fallen.len());
-        self.table.give_back_fallen(fallen.split_off(allowed));
+        fallen.truncate(allowed);
         let moved = self.demote_pages(fallen);
         self.stats.add(Counter::PgdemoteBelowFloor, moved);
     }

@@ -1,0 +1,168 @@
+//! Correcting promotions against the heat floor: `demote_below_floor_pct`.
+//!
+//! A promotion is a bet on a few samples. It is made while the `hot_share_pct` floor still
+//! rests on a phase's first seconds, or when a warm page's windowed heat crosses the floor by
+//! chance (BENCHMARKS.md, issue 18: on Redis in the rig's Debian guest, a 60 s half-life and
+//! an 80 % share still promoted about half as many pages again as the hot set). Such a page
+//! keeps being sampled on the fast node (IBS and PEBS see every tier), so its heat tells, a
+//! little later and on more samples, whether it belongs to the hot set after all.
+//!
+//! While `demote_below_floor_pct` is set, the table lists every page pghotd promotes, per fast
+//! node. Each migrator's upkeep walks a bounded chunk of the lists of the fast nodes it demotes
+//! from ([`HotTable::take_fallen`](super::HotTable::take_fallen)): a page still ours and on the
+//! node whose heat is under that percentage of the floor is handed back to be moved to the
+//! lower tier; a page no longer ours (demoted, found back on a lower tier by the audit,
+//! evicted from the table) leaves the list. The gap between the floor, which a page must reach
+//! to be promoted, and the share of it under which it goes back is the hysteresis that keeps a
+//! page near the floor from moving on every sample.
+//!
+//! Why lists and not the floor pass's slice: the pass reads one of 16 slices per 5 s of sample
+//! time, so a page was looked at once per 80 s, after the warm pages promoted early in a
+//! two-minute phase had already cost their room (r24a: 105 pages moved back, over-promotion
+//! 47.7 % against 48.2 %). The lists hold only pages pghotd promoted (8 bytes each, a quarter
+//! of what the table keeps for them), and a re-check is one table lookup.
+
+use std::collections::BTreeMap;
+
+use super::PageKey;
+use crate::topology::NodeId;
+
+/// Pages a migrator's upkeep re-checks at most per fast node: the whole list for any fast tier
+/// up to 64 MiB of promoted 4 KiB pages each second, in turns beyond that.
+pub const CHECK_PER_UPKEEP: usize = 16_384;
+
+/// The pages pghotd promoted and has not seen leave, per fast node; `None` while
+/// `demote_below_floor_pct` is off.
+#[derive(Debug, Default)]
+pub(super) struct PromotedLists {
+    pub(super) by_node: Option<BTreeMap<NodeId, NodeList>>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct NodeList {
+    keys: Vec<PageKey>,
+    /// Where the next re-check starts.
+    cursor: usize,
+}
+
+impl PromotedLists {
+    /// Starts listing (with the pages already promoted, from a walk of the table) or stops.
+    pub(super) fn set_on(&mut self, on: bool, already: impl FnOnce() -> Vec<(NodeId, PageKey)>) {
+        match (on, self.by_node.is_some()) {
+            (true, false) => {
+                let mut by_node: BTreeMap<NodeId, NodeList> = BTreeMap::new();
+                for (node, key) in already() {
+                    by_node.entry(node).or_default().keys.push(key);
+                }
+                self.by_node = Some(by_node);
+            }
+            (false, true) => self.by_node = None,
+            _ => {}
+        }
+    }
+
+    /// pghotd promoted `key` to `node`; `bound` caps each node's list (the table's size: it
+    /// cannot hold more pages than that either).
+    pub(super) fn note(&mut self, key: PageKey, node: NodeId, bound: usize) {
+        if let Some(by_node) = &mut self.by_node {
+            let list = by_node.entry(node).or_default();
+            if list.keys.len() < bound {
+                list.keys.push(key);
+            }
+        }
+    }
+
+    /// Re-checks up to `max` pages listed for `node`, from where the last re-check stopped:
+    /// `still_ours(key)` is `Some(fallen)` for a page still ours on `node` (fallen: under the
+    /// bar) and `None` for one that left, which leaves the list. Returns the fallen pages.
+    pub(super) fn recheck(
+        &mut self,
+        node: NodeId,
+        max: usize,
+        mut still_ours: impl FnMut(PageKey) -> Option<bool>,
+    ) -> Vec<PageKey> {
+        let Some(list) = self.by_node.as_mut().and_then(|m| m.get_mut(&node)) else {
+            return Vec::new();
+        };
+        let mut fallen = Vec::new();
+        let mut i = list.cursor;
+        for _ in 0..max.min(list.keys.len()) {
+            if list.keys.is_empty() {
+                break;
+            }
+            if i >= list.keys.len() {
+                i = 0;
+            }
+            let key = list.keys[i];
+            match still_ours(key) {
+                Some(under) => {
+                    if under {
+                        fallen.push(key);
+                    }
+                    i += 1;
+                }
+                // The last key takes this slot and is looked at next.
+                None => _ = list.keys.swap_remove(i),
+            }
+        }
+        list.cursor = i;
+        fallen
+    }
+
+    #[cfg(test)]
+    pub(super) fn listed(&self, node: NodeId) -> usize {
+        self.by_node
+            .as_ref()
+            .and_then(|m| m.get(&node))
+            .map_or(0, |l| l.keys.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(page: u64) -> PageKey {
+        PageKey::new(3, page << 12).unwrap()
+    }
+
+    #[test]
+    fn off_lists_nothing_and_on_starts_from_what_is_already_promoted() {
+        let mut l = PromotedLists::default();
+        l.note(key(1), 0, 10);
+        assert_eq!(l.listed(0), 0);
+        l.set_on(true, || vec![(0, key(2)), (1, key(3))]);
+        l.note(key(4), 0, 10);
+        assert_eq!((l.listed(0), l.listed(1)), (2, 1));
+        // Bounded per node.
+        l.note(key(5), 0, 2);
+        assert_eq!(l.listed(0), 2);
+        // Turning it on again does not walk again; off forgets.
+        l.set_on(true, || panic!("walked twice"));
+        l.set_on(false, Vec::new);
+        assert_eq!(l.listed(0), 0);
+    }
+
+    #[test]
+    fn rechecks_go_round_in_chunks_and_drop_pages_that_left() {
+        let mut l = PromotedLists::default();
+        l.set_on(true, || (1..=5).map(|p| (0, key(p))).collect());
+        // Pages 2 and 4 are under the bar, page 3 left.
+        let state = |k: PageKey| match k.vaddr() >> 12 {
+            3 => None,
+            2 | 4 => Some(true),
+            _ => Some(false),
+        };
+        // First chunk of 3: pages 1, 2, then 3 leaves and page 5 takes its slot.
+        assert_eq!(l.recheck(0, 3, state), vec![key(2)]);
+        assert_eq!(l.listed(0), 4);
+        // The list is now 1, 2, 5, 4; the next chunk starts at page 5's slot: 5, 4, then
+        // round to 1.
+        assert_eq!(l.recheck(0, 3, state), vec![key(4)]);
+        // Then 2, 5, 4.
+        assert_eq!(l.recheck(0, 3, state), vec![key(2), key(4)]);
+        // A whole round at once (1, 2, 5, 4); another node has no list.
+        assert_eq!(l.recheck(0, 100, state), vec![key(2), key(4)]);
+        assert_eq!(l.recheck(1, 100, state), vec![]);
+    }
+}
