@@ -92,11 +92,19 @@ pub(crate) fn elapsed_ms(now: u32, then: u32) -> u32 {
     delta.max(0) as u32
 }
 
+/// Epoch boundaries (multiples of the half-life on the truncated sample clock) from `then_ms`
+/// to `now_ms`: the halvings a heat last updated at `then_ms` has taken by `now_ms`. Every
+/// heat halves at the same boundaries, so anything ranked against heats (the `hot_share_pct`
+/// floor) must decay by these steps too, not by the continuous time between.
+#[inline]
+pub(crate) fn epochs_between(then_ms: u32, now_ms: u32, halflife_ms: u32) -> u32 {
+    let elapsed = elapsed_ms(now_ms, then_ms);
+    (then_ms % halflife_ms).saturating_add(elapsed) / halflife_ms
+}
+
 #[inline]
 pub(crate) fn decayed(heat: u32, last_ms: u32, now_ms: u32, halflife_ms: u32) -> u32 {
-    let elapsed = elapsed_ms(now_ms, last_ms);
-    // Epoch boundaries fall on multiples of the half-life of the (truncated) sample clock.
-    let epochs = (last_ms % halflife_ms).saturating_add(elapsed) / halflife_ms;
+    let epochs = epochs_between(last_ms, now_ms, halflife_ms);
     if epochs >= 32 { 0 } else { heat >> epochs }
 }
 
