@@ -125,10 +125,9 @@ pub struct HotTable {
     recorded_per_s: AtomicU64,
     heat_halflife_ms: AtomicU32,
     hot_share_pct: AtomicU32,
-    /// The heat (fixed point, as [`Entry`] keeps it) a candidate needs under `hot_share_pct`;
-    /// 0: none; `u32::MAX` until the table holds heat to rank. Recomputed with the window,
-    /// once per [`window::SPAN_NS`] of sample time.
-    heat_floor: AtomicU32,
+    /// The heat a candidate needs under `hot_share_pct` ([`share::DrawnFloor`]'s bits).
+    /// Recomputed with the window, once per [`window::SPAN_NS`] of sample time.
+    heat_floor: AtomicU64,
     /// The heat histogram of each slice of the shards at its last pass.
     heat_slices: Mutex<HeatSlices>,
     demote_below_floor_pct: AtomicU32,
@@ -173,7 +172,7 @@ impl HotTable {
             recorded_per_s: AtomicU64::new(0f64.to_bits()),
             heat_halflife_ms: AtomicU32::new(0),
             hot_share_pct: AtomicU32::new(0),
-            heat_floor: AtomicU32::new(0),
+            heat_floor: AtomicU64::new(share::DrawnFloor::OFF.bits()),
             heat_slices: Mutex::new(HeatSlices::default()),
             demote_below_floor_pct: AtomicU32::new(0),
             promoted_lists: Mutex::new(fallen::PromotedLists::default()),
@@ -218,7 +217,7 @@ impl HotTable {
     fn retune_heat_floor(&self) {
         let share = self.hot_share_pct.load(Ordering::Relaxed);
         if share == 0 || share >= 100 {
-            self.heat_floor.store(0, Ordering::Relaxed);
+            self.store_floor(share::DrawnFloor::OFF);
             return;
         }
         // Another recorder's flush is at it: that one will set the floor.
@@ -258,18 +257,17 @@ impl HotTable {
         let floor = all.floor_of_share(share);
         // No heat in the recent slices (a few tracked pages, all in other slices): the last
         // floor stands; with none yet, nothing is shown to be hot.
-        if floor != u32::MAX || self.heat_floor.load(Ordering::Relaxed) == 0 {
-            self.heat_floor.store(floor, Ordering::Relaxed);
+        if floor != u32::MAX || self.floor().drawn() == 0 {
+            self.store_floor(share::DrawnFloor::new(floor, now));
         }
     }
 
-    /// The heat (fixed point) under which a page pghotd promoted goes back: the floor times
-    /// `demote_below_floor_pct`; `None` when that is off or no floor exists.
-    fn demote_below(&self) -> Option<f64> {
-        let pct = self.demote_below_floor_pct.load(Ordering::Relaxed);
-        let floor = self.heat_floor.load(Ordering::Relaxed);
-        (pct > 0 && floor != 0 && floor != u32::MAX)
-            .then(|| f64::from(floor) * f64::from(pct) / 100.0)
+    fn floor(&self) -> share::DrawnFloor {
+        share::DrawnFloor::from_bits(self.heat_floor.load(Ordering::Relaxed))
+    }
+
+    fn store_floor(&self, floor: share::DrawnFloor) {
+        self.heat_floor.store(floor.bits(), Ordering::Relaxed);
     }
 
     /// Re-checks up to [`fallen::CHECK_PER_UPKEEP`] of the pages pghotd promoted to each of
@@ -277,10 +275,15 @@ impl HotTable {
     /// `demote_below_floor_pct` of the heat floor, for a migrator to move back; nothing while
     /// that is off or no floor exists.
     pub fn take_fallen(&self, nodes: &[NodeId]) -> Vec<PageKey> {
-        let Some(below) = self.demote_below() else {
+        let pct = self.demote_below_floor_pct.load(Ordering::Relaxed);
+        let floor = self.floor();
+        if pct == 0 || floor.drawn() == 0 || floor.drawn() == u32::MAX {
             return Vec::new();
-        };
+        }
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        // Heat and floor both at the table's clock (a quiet shard's lags), fixed point.
+        let now = self.now_ms();
+        let bar = u64::from(floor.at(now, halflife)) * u64::from(pct);
         let mut lists = self.promoted_lists.lock();
         let mut fallen = Vec::new();
         for &node in nodes {
@@ -289,7 +292,7 @@ impl HotTable {
                 let shard = lock.lock();
                 let e = shard.get(key, hash)?;
                 (e.is_promoted() && e.node == node)
-                    .then(|| f64::from(decayed(e.heat, e.last_ms, shard.now_ms, halflife)) < below)
+                    .then(|| u64::from(decayed(e.heat, e.last_ms, now, halflife)) * 100 < bar)
             }));
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
@@ -313,10 +316,11 @@ impl HotTable {
         self.promoted_lists.lock().set_on(on, already);
     }
 
-    /// The heat a candidate needs now (in samples): 0 without `hot_share_pct`, `None` until
-    /// the table holds heat to rank.
+    /// The heat a candidate needed when the floor was last drawn (in samples; it halves at
+    /// each epoch boundary until the next pass): 0 without `hot_share_pct`, `None` until the
+    /// table holds heat to rank.
     pub fn heat_floor(&self) -> Option<f64> {
-        let floor = self.heat_floor.load(Ordering::Relaxed);
+        let floor = self.floor().drawn();
         (floor != u32::MAX).then(|| f64::from(floor) / f64::from(HEAT_ONE))
     }
 
@@ -405,7 +409,7 @@ impl HotTable {
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
         let threshold = self.freq_threshold.load(Ordering::Relaxed);
-        let heat_floor = self.heat_floor.load(Ordering::Relaxed);
+        let floor = self.floor();
         let window = self.effective_window_ms.load(Ordering::Relaxed);
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
@@ -443,8 +447,9 @@ impl HotTable {
             AccessOp::Load => e.loads = e.loads.saturating_add(1),
             AccessOp::Store => e.stores = e.stores.saturating_add(1),
         }
-        let candidate =
-            u32::from(e.count) >= threshold && e.heat >= heat_floor && e.flags & FLAG_QUEUED == 0;
+        let candidate = u32::from(e.count) >= threshold
+            && e.heat >= floor.at(now, halflife)
+            && e.flags & FLAG_QUEUED == 0;
         if candidate {
             e.flags |= FLAG_QUEUED;
         }
@@ -847,8 +852,24 @@ mod tests {
         }
         (0..16).for_each(|_| t.set_recorded_rate(1.0));
         assert_eq!(t.heat_floor(), Some(48.0));
-        // 1 ms past the 60 s boundary every heat has halved (the hot pages hold 25: floor
-        // 24), though only a sixth of a half-life passed since the slices were read. The 3
+        // Hot page 1 is ours on node 0; ours go back under 70 % of the floor (33.6 samples).
+        t.mark_promoted_by_us(access(1, 1, 0).key, 0);
+        t.set_policy(HotnessConfig {
+            demote_below_floor_pct: 70,
+            ..t.policy()
+        });
+        assert_eq!(t.heat_floor(), Some(48.0));
+        // 1 ms past the 60 s boundary, before the next pass, every heat has halved and the
+        // floor with them (24 samples): page 1's 25 is not under 70 % of it, and a page new
+        // since is a candidate at its 24th sample (threshold 2), not its 48th.
+        t.record(&access(1, 5000, 60_001));
+        assert_eq!(t.take_fallen(&[0]), vec![]);
+        let new_page: Vec<Recorded> = (0..24)
+            .map(|_| t.record(&access(1, 6000, 60_001)))
+            .collect();
+        assert_eq!(new_page[22..], [Recorded::Tracked, Recorded::Candidate]);
+        // The next pass agrees: the hot pages hold 25, the floor is 24, though only a sixth of
+        // a half-life passed since the other recent slices were read. The 3
         // slices read before hold about 3/4 of the recent heat, more than the 80 % share
         // less the fresh slice's: decayed by the time that passed (a bucket down, x 0.89),
         // their hot pages would set the floor at 44 samples.

@@ -42,6 +42,46 @@
 //! The floor also corrects what was promoted before it stood where it does
 //! (`demote_below_floor_pct`): see [`fallen`](super::fallen).
 
+/// A floor (fixed point, as [`Entry`](super::Entry) keeps heat; 0: off; `u32::MAX`: no heat
+/// to rank yet) with the sample time it was drawn at, in one word so that both are read
+/// together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DrawnFloor(u64);
+
+impl DrawnFloor {
+    pub(crate) const OFF: DrawnFloor = DrawnFloor(0);
+
+    pub(crate) fn new(floor: u32, at_ms: u32) -> DrawnFloor {
+        DrawnFloor(u64::from(floor) << 32 | u64::from(at_ms))
+    }
+
+    pub(crate) fn from_bits(bits: u64) -> DrawnFloor {
+        DrawnFloor(bits)
+    }
+
+    pub(crate) fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The floor as drawn.
+    pub(crate) fn drawn(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The floor at `now_ms`: halved at each epoch boundary since it was drawn, as every heat
+    /// it was drawn from is (a page's heat halves at the boundary, the floor would otherwise
+    /// wait up to 5 s for the next pass, and for those seconds stand at twice the heats: r24c
+    /// moved back 7 % of the hot set at once). Off and "no heat yet" stay what they are.
+    pub(crate) fn at(self, now_ms: u32, halflife_ms: u32) -> u32 {
+        let floor = self.drawn();
+        if floor == 0 || floor == u32::MAX {
+            return floor;
+        }
+        let epochs = super::entry::epochs_between(self.0 as u32, now_ms, halflife_ms);
+        if epochs >= 32 { 0 } else { floor >> epochs }
+    }
+}
+
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
 
