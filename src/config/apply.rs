@@ -109,6 +109,21 @@ impl Config {
                 ),
             });
         }
+        let p = &self.policy;
+        if p.demote_below_floor_pct > 0
+            && (p.hot_share_pct == 0 || p.hot_share_pct >= 100)
+            && let Some(origin) = here(&["demote_below_floor_pct", "hot_share_pct"])
+        {
+            return Err(ConfigError::Invalid {
+                origin,
+                key: "demote_below_floor_pct",
+                detail: format!(
+                    "{} moves pages back under a share of the heat floor, and hot_share_pct ({}) \
+                     draws none: set hot_share_pct to 1..=99 first",
+                    p.demote_below_floor_pct, p.hot_share_pct
+                ),
+            });
+        }
         let m = &self.migrator;
         if m.demote
             && m.demote_free_pct <= m.promote_min_free_pct

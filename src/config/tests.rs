@@ -597,6 +597,7 @@ fn every_range_admits_its_ends_and_names_itself_past_them() {
         .and_then(|c| c.with_setting("damon_sample_us", "100"))
         .and_then(|c| c.with_setting("damon_max_regions", "1000000"))
         .and_then(|c| c.with_setting("damon_min_regions", "3"))
+        .and_then(|c| c.with_setting("hot_share_pct", "50"))
         .unwrap();
     for &(key, _, range) in BY_HAND {
         let Some((min, max)) = range else { continue };
@@ -811,4 +812,28 @@ fn groff_reads_the_man_page_without_warnings() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn moving_back_under_the_floor_needs_a_floor() {
+    let err = Config::default()
+        .with_setting("demote_below_floor_pct", "70")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("demote_below_floor_pct"), "{err}");
+    assert!(err.contains("hot_share_pct (0)"), "{err}");
+    let c = Config::default()
+        .with_setting("hot_share_pct", "80")
+        .and_then(|c| c.with_setting("demote_below_floor_pct", "70"))
+        .unwrap();
+    assert_eq!(
+        (c.policy.hot_share_pct, c.policy.demote_below_floor_pct),
+        (80, 70)
+    );
+    // Taking the floor away while it is in use names the pair too.
+    let err = c
+        .with_setting("hot_share_pct", "0")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("set hot_share_pct to 1..=99"), "{err}");
 }
