@@ -202,14 +202,14 @@ pub static SETTINGS: &[Setting] = &[
     .help(
         "Move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the hot_share_pct floor, whatever the free memory and within \
-         promote_rate_limit_MBps; corrects promotions made on a few samples; needs \
-         hot_share_pct; 0: off [default: {default}]",
+         promote_rate_limit_MBps (not while paused); corrects promotions made on a few \
+         samples; needs hot_share_pct; 0: off [default: {default}]",
     )
     .doc(
         "move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the `hot_share_pct` floor, whatever the free memory and within \
-         `promote_rate_limit_MBps` (`pgdemote_below_floor`); corrects promotions made on a few \
-         samples; needs `hot_share_pct`; 0: off",
+         `promote_rate_limit_MBps`, not while paused (`pgdemote_below_floor`); corrects \
+         promotions made on a few samples; needs `hot_share_pct`; 0: off",
     )
     .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))

@@ -22,8 +22,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
     }
 
-    /// Once per migrate interval: the audit when due and, with `demote`, moves the coldest
-    /// pages pghotd promoted off any fast node under its low watermark.
+    /// Once per migrate interval: the audit when due; with `demote_below_floor_pct`, moves
+    /// back the pages pghotd promoted that fell under that share of the heat floor; and, with
+    /// `demote`, moves the coldest pages pghotd promoted off any fast node under its low
+    /// watermark.
     pub fn maintain(&mut self) {
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
@@ -76,8 +78,12 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
 
     /// Moves back, within the demotion budget, the pages pghotd promoted to this migrator's
     /// fast nodes whose heat fell under `demote_below_floor_pct` of the heat floor (see
-    /// `hotness::fallen`); what the budget leaves is found again at a later upkeep.
+    /// `hotness::fallen`); what the budget leaves is found again at a later upkeep. Paused
+    /// (`pghotctl pause`), pghotd moves nothing of its own accord: this waits too.
     fn demote_fallen(&mut self) {
+        if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let mut fallen = self.table.take_fallen(&self.demotes_from);
         if fallen.is_empty() {
             return;

@@ -223,6 +223,15 @@ fn our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory() 
         // 4 shards, so 4 slices: one sweep sets the floor, a second checks every page with it.
         (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
         assert_eq!(rig.table.heat_floor(), Some(96.0));
+        // Paused: nothing moves.
+        rig.migrator
+            .paused
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        rig.migrator.maintain();
+        assert_eq!(counter(&rig, Counter::PgdemoteSuccess), 0);
+        rig.migrator
+            .paused
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         // Plenty free (no watermark involved), demote = false.
         rig.migrator.maintain();
         assert_eq!(counter(&rig, Counter::PgdemoteSuccess), back);
