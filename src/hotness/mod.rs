@@ -802,6 +802,18 @@ mod tests {
         assert_eq!(t.take_fallen(&[0, 1]), vec![]);
     }
 
+    /// Pages 1..=200 take 50 samples each from `at_ms` on, `cold` pages one each at
+    /// `at_ms + 100`; then one floor pass per slice of a [`sliced_share_table`].
+    fn hot_and_cold_swept(t: &HotTable, cold: u64, at_ms: u64) {
+        for page in 1..=200 {
+            (0..50).for_each(|k| _ = t.record(&access(1, page, at_ms + k)));
+        }
+        for page in 1000..1000 + cold {
+            t.record(&access(1, page, at_ms + 100));
+        }
+        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+    }
+
     /// 64 Ki pages: 64 shards, so 16 slices of 4; an 80 % share, a one-minute half-life,
     /// threshold 2 and a window as wide as the tests.
     fn sliced_share_table() -> HotTable {
@@ -823,13 +835,7 @@ mod tests {
         // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
         // 500 cold of 500), so the floor is their bucket's lower bound: 50 samples = 12,800
         // = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples.
-        for page in 1..=200 {
-            (0..50).for_each(|k| _ = t.record(&access(1, page, k)));
-        }
-        for page in 1000..3000 {
-            t.record(&access(1, page, 100));
-        }
-        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+        hot_and_cold_swept(&t, 2000, 0);
         assert_eq!(t.heat_floor(), Some(48.0));
         // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
         // 0b11001 << 8, so 12 << 9 = 6,144 = 24 samples. The slice this pass reads holds the
@@ -844,13 +850,7 @@ mod tests {
         let t = sliced_share_table();
         // 200 pages of 50 samples and 500 of one at 50 s of sample time: 80 % of 10,500 is
         // within the hot pages, whose bucket's lower bound is 48 samples (as above).
-        for page in 1..=200 {
-            (0..50).for_each(|k| _ = t.record(&access(1, page, 50_000 + k)));
-        }
-        for page in 1000..1500 {
-            t.record(&access(1, page, 50_100));
-        }
-        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+        hot_and_cold_swept(&t, 500, 50_000);
         assert_eq!(t.heat_floor(), Some(48.0));
         // Hot page 1 is ours on node 0; ours go back under 70 % of the floor (33.6 samples).
         t.mark_promoted_by_us(access(1, 1, 0).key, 0);
@@ -869,11 +869,10 @@ mod tests {
             .collect();
         assert_eq!(new_page[22..], [Recorded::Tracked, Recorded::Candidate]);
         // The next pass agrees: the hot pages hold 25, the floor is 24, though only a sixth of
-        // a half-life passed since the other recent slices were read. The 3
-        // slices read before hold about 3/4 of the recent heat, more than the 80 % share
-        // less the fresh slice's: decayed by the time that passed (a bucket down, x 0.89),
-        // their hot pages would set the floor at 44 samples.
-        t.record(&access(1, 5000, 60_001));
+        // a half-life passed since the other recent slices were read. The 3 slices read
+        // before hold about 3/4 of the recent heat, more than the 80 % share less the fresh
+        // slice's: decayed by the time that passed (a bucket down, x 0.89), their hot pages
+        // would set the floor at 44 samples.
         t.set_recorded_rate(1.0);
         assert_eq!(t.heat_floor(), Some(24.0));
     }

@@ -77,8 +77,8 @@ impl DrawnFloor {
         if floor == 0 || floor == u32::MAX {
             return floor;
         }
-        let epochs = super::entry::epochs_between(self.0 as u32, now_ms, halflife_ms);
-        if epochs >= 32 { 0 } else { floor >> epochs }
+        // The floor decays as a heat last updated when it was drawn.
+        super::entry::decayed(floor, self.0 as u32, now_ms, halflife_ms)
     }
 }
 
