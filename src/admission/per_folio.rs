@@ -17,7 +17,9 @@
 //! probability; at `s / seen = 1.6` (`s = h`) 37 % would be unseen and runs would read as
 //! sparse. Thinner THPs use the folded histogram under `auto` only when that one splits and
 //! the THP's own few samples fit its plan (at most `1 - split_coverage_pct` of them outside
-//! its hot subfolios): an aligned shape, as the paper's workloads. A flat or dense fold, or a
+//! its hot subfolios) and bear it out (in each hot subfolio, no fewer distinct pages than
+//! the density it claims makes plausible: [`ThpMap::bears_out`]): an aligned shape, as the
+//! paper's workloads. A flat or dense fold, or a
 //! split one that this THP's samples contradict, says nothing about a THP whose runs sit
 //! elsewhere (a fold of runs at random offsets is noisy, and early on it may split at an
 //! offset that is cold in most THPs: the first rig run of `runs-128k` promoted 53 such cold
@@ -104,10 +106,67 @@ impl ThpMap {
         outside as f64 <= (1.0 - coverage) * self.samples as f64 + 1e-9
     }
 
+    /// Whether this THP's own samples in each hot subfolio of a folded plan are plausible
+    /// under what the plan claims of that subfolio: at least `density` of its pages hot. A
+    /// subfolio with `s` of this THP's samples on `seen` distinct pages is refuted when, were
+    /// its samples spread evenly over the fewest hot pages the claim allows, `seen` or fewer
+    /// distinct pages would turn up less often than [`FOLD_REFUTED_BELOW`]: the samples keep
+    /// landing on the same few pages, as a few hot pages scattered through a THP give, not a
+    /// dense run.
+    ///
+    /// The fold is a sum over every THP of the process, so one THP's dense run at some offset
+    /// makes a split fold whose hot subfolio holds, in another THP, one hot page (Redis on the
+    /// Debian guest: one folded decision a run moved a 256 KiB or 512 KiB subfolio of which
+    /// 61-250 pages were never touched in the phase; BENCHMARKS.md, "Folded plans a THP's own
+    /// samples refute").
+    ///
+    /// Worked example (order 4, 16 pages, density 0.75: 12 hot pages claimed): one page
+    /// sampled 3 times is refuted (the chance of one distinct page in 3 draws from 12 is
+    /// 1/144); one page sampled twice is not (1/12); 3 pages once each is not.
+    pub fn bears_out(&self, plan: &SplitPlan, density: f64) -> bool {
+        let len = plan.subfolio_pages();
+        let claimed = ((density * len as f64).ceil() as usize).clamp(1, len);
+        (0..plan.subfolio_count())
+            .filter(|&j| plan.hot_subfolios.contains(j))
+            .all(|j| {
+                let sub = &self.counts[j * len..(j + 1) * len];
+                let samples: u64 = sub.iter().map(|&c| u64::from(c)).sum();
+                let seen = sub.iter().filter(|&&c| c > 0).count();
+                samples == 0
+                    || chance_of_at_most_distinct(samples, claimed, seen) >= FOLD_REFUTED_BELOW
+            })
+    }
+
     /// Enough samples to decide on (see the module doc).
     pub fn trusted(&self) -> bool {
         self.samples >= MIN_SAMPLES && self.samples >= SAMPLES_PER_SEEN * u64::from(self.seen)
     }
+}
+
+/// The chance below which a thin THP's own samples refute a folded plan ([`ThpMap::bears_out`]).
+pub const FOLD_REFUTED_BELOW: f64 = 0.01;
+
+/// The chance that `draws` independent, uniform draws from `n` pages hit at most `k`
+/// distinct pages (the occupancy distribution, built one draw at a time: after a draw that
+/// has seen `j` pages, the next one repeats with probability `j / n`).
+pub fn chance_of_at_most_distinct(draws: u64, n: usize, k: usize) -> f64 {
+    let most = n.min(usize::try_from(draws).unwrap_or(usize::MAX));
+    if k >= most {
+        return 1.0;
+    }
+    // p[j]: the chance of exactly j distinct pages so far. Past `most` nothing is reachable;
+    // a thin map holds under 3 samples per seen page (at most 1,536), so this stays small.
+    let mut p = vec![0.0f64; most + 1];
+    p[0] = 1.0;
+    let n_f = n as f64;
+    for t in 0..draws {
+        let top = most.min(usize::try_from(t + 1).unwrap_or(usize::MAX));
+        for j in (1..=top).rev() {
+            p[j] = p[j] * j as f64 / n_f + p[j - 1] * (n - j + 1) as f64 / n_f;
+        }
+        p[0] = 0.0;
+    }
+    p[..=k].iter().sum()
 }
 
 /// Which histogram a region's decision came from.
@@ -194,7 +253,9 @@ impl Admission {
             });
             match (mode, self.decision(pid, now)) {
                 (SplitHistogram::Auto, d @ SplitDecision::Split(p))
-                    if p.splits() && map.agrees_with(&p, self.params.coverage) =>
+                    if p.splits()
+                        && map.agrees_with(&p, self.params.coverage)
+                        && map.bears_out(&p, self.params.density) =>
                 {
                     RegionDecision {
                         decision: d,
@@ -770,22 +831,112 @@ mod tests {
     /// one with 2 samples at page 260 fits it and is split by the fold.
     #[test]
     fn auto_takes_a_split_fold_only_where_the_thps_own_samples_fit_it() {
-        let mut r = rig(SplitHistogram::Auto);
-        r.heat(B, 256..272u64, 10);
-        r.heat(A, std::iter::once(40u64), 2);
-        let mut batch = vec![cand(A + 40 * P)];
-        r.admit(&mut batch, Headroom::UNLIMITED);
-        assert!(batch.is_empty());
-        assert_eq!(r.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
-        assert_eq!(r.stats.get(Counter::ThpSplitFolded), 0);
+        let r = admit_under_b_cluster(&[40], 2);
+        assert!(r.moved.is_empty());
+        assert_eq!(r.rig.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
+        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 0);
 
+        let r = admit_under_b_cluster(&[260], 2);
+        assert_eq!(r.moved, vec![('A', 260, 16 * 4096)]);
+        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 1);
+    }
+
+    /// The same fold (B's 64 KiB cluster, order 4, subfolio 16: 12 of its 16 pages claimed
+    /// hot). A thin THP whose only sampled page, 260, holds 3 samples fits the plan but
+    /// refutes it (one distinct page in 3 draws from 12: 1/144) and waits; one whose samples
+    /// fell on three pages of the subfolio, once each, bears it out and is split by the fold.
+    #[test]
+    fn auto_leaves_a_fold_that_the_thps_repeated_samples_refute() {
+        let r = admit_under_b_cluster(&[260], 3);
+        assert!(r.moved.is_empty());
+        assert_eq!(r.rig.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
+        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 0);
+        assert!(r.rig.gate.kernel.splits.is_empty());
+
+        let r = admit_under_b_cluster(&[258, 260, 262], 1);
+        assert_eq!(r.moved, vec![('A', 260, 16 * 4096)]);
+        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 1);
+    }
+
+    /// What [`admit_under_b_cluster`] left: the rig and the moves of its batch.
+    struct Admitted {
+        rig: Rig,
+        moved: Vec<(char, u64, u64)>,
+    }
+
+    /// Under `auto`: THP B's 64 KiB cluster at pages 256..272 (10 samples each) makes the fold
+    /// split at order 4, subfolio 16; THP A gets `n` samples on each of `pages` and a
+    /// candidate at the second of them (or the only one).
+    fn admit_under_b_cluster(pages: &[u64], n: u64) -> Admitted {
         let mut r = rig(SplitHistogram::Auto);
         r.heat(B, 256..272u64, 10);
-        r.heat(A, std::iter::once(260u64), 2);
-        let mut batch = vec![cand(A + 260 * P)];
+        r.heat(A, pages.iter().copied(), n);
+        let mut batch = vec![cand(A + pages[pages.len() / 2] * P)];
         r.admit(&mut batch, Headroom::UNLIMITED);
-        assert_eq!(Rig::moves(&batch), vec![('A', 260, 16 * 4096)]);
-        assert_eq!(r.stats.get(Counter::ThpSplitFolded), 1);
+        Admitted {
+            moved: Rig::moves(&batch),
+            rig: r,
+        }
+    }
+
+    /// Chances counted by hand: sequences of `s` draws from `n` pages with at most `k`
+    /// distinct, over `n^s` (the number with exactly `j` distinct is `C(n, j)` times the
+    /// onto maps from `s` draws to `j` pages: 1, `2^s - 2`, `3^s - 3 * 2^s + 3`).
+    #[test]
+    fn the_chance_of_few_distinct_pages_matches_counting_by_hand() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // n = 12, 3 draws, one page: 12 / 12^3.
+        assert!(close(chance_of_at_most_distinct(3, 12, 1), 1.0 / 144.0));
+        // n = 12, 2 draws, one page: 12 / 12^2.
+        assert!(close(chance_of_at_most_distinct(2, 12, 1), 1.0 / 12.0));
+        // n = 48, 4 draws, at most 2: (48 + C(48,2) * 14) / 48^4 = 15,840 / 5,308,416.
+        assert!(close(
+            chance_of_at_most_distinct(4, 48, 2),
+            15_840.0 / 5_308_416.0
+        ));
+        // n = 48, 5 draws, at most 3: (48 + 1,128 * 30 + 17,296 * 150) / 48^5.
+        let at_most_3 = 48.0 + 1_128.0 * 30.0 + 17_296.0 * 150.0;
+        assert!(close(
+            chance_of_at_most_distinct(5, 48, 3),
+            at_most_3 / 254_803_968.0
+        ));
+        // As many distinct as draws (or pages) allow: certain.
+        assert_eq!(chance_of_at_most_distinct(3, 12, 3), 1.0);
+        assert_eq!(chance_of_at_most_distinct(40, 12, 12), 1.0);
+        assert_eq!(chance_of_at_most_distinct(0, 12, 0), 1.0);
+    }
+
+    /// [`ThpMap::bears_out`]'s worked example, on the plan of
+    /// `a_thin_map_agrees_with_a_fold_that_holds_its_samples`-style fold (order 4, subfolio
+    /// 16 hot), with samples outside the hot subfolios ignored.
+    #[test]
+    fn a_thin_map_bears_out_a_fold_unless_its_samples_repeat_on_few_pages() {
+        let mut plan = SplitPlan {
+            order: 4,
+            entropy: 0.5,
+            threshold: 1,
+            hot_subpages: 12,
+            hot: Subfolios::default(),
+            hot_subfolios: Subfolios::default(),
+        };
+        plan.hot_subfolios.insert(16);
+        let map = |pages: &[(usize, u32)]| {
+            let mut counts = [0; SUBPAGES];
+            for &(i, c) in pages {
+                counts[i] = c;
+            }
+            ThpMap {
+                counts,
+                samples: pages.iter().map(|&(_, c)| u64::from(c)).sum(),
+                seen: pages.len() as u32,
+            }
+        };
+        assert!(!map(&[(260, 3)]).bears_out(&plan, 0.75), "1/144");
+        assert!(map(&[(260, 2)]).bears_out(&plan, 0.75), "1/12");
+        assert!(map(&[(258, 1), (260, 1), (262, 1)]).bears_out(&plan, 0.75));
+        // Many samples on a page outside the hot subfolio say nothing of it.
+        assert!(map(&[(40, 9), (260, 1)]).bears_out(&plan, 0.75));
+        assert!(map(&[]).bears_out(&plan, 0.75));
     }
 
     /// Thin own map (2 samples), folded histogram flat (every subpage of another THP sampled
