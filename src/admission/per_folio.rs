@@ -149,7 +149,7 @@ pub const FOLD_REFUTED_BELOW: f64 = 0.01;
 /// The chance that `draws` independent, uniform draws from `n` pages hit at most `k`
 /// distinct pages (the occupancy distribution, built one draw at a time: after a draw that
 /// has seen `j` pages, the next one repeats with probability `j / n`).
-pub fn chance_of_at_most_distinct(draws: u64, n: usize, k: usize) -> f64 {
+fn chance_of_at_most_distinct(draws: u64, n: usize, k: usize) -> f64 {
     let most = n.min(usize::try_from(draws).unwrap_or(usize::MAX));
     if k >= most {
         return 1.0;
