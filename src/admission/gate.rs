@@ -819,13 +819,20 @@ pub(crate) mod tests {
             Recorded::Candidate
         );
 
-        // Once the histogram holds enough samples, the same THP is split (the THP's own map,
-        // 3 samples of one page, is still thin: the folded histogram's split is taken).
+        // Once the histogram holds enough samples, the same THP is split. The THP's own map is
+        // still thin and bears the fold out: 6 samples on 3 pages of the hot subfolio (4 on
+        // page 260, one each on 257 and 263); 3 or fewer distinct pages in 6 draws from the 12
+        // the fold claims hot has a chance of 122,904 / 12^6 = 4.1 % (the sequences with 1, 2
+        // and 3 distinct pages: 12 + 66 * 62 + 220 * 540), not under 1 %.
         for t in 0..2000u64 {
             let v = BASE + (256 + t % 16) * PAGE_SIZE;
             feed(&adm, &mut local, v, AccessOp::Load, t * 1_000_000);
         }
         local.flush(&adm);
+        for p in [257, 263] {
+            let recorded = rig.table.record(&access(BASE + p * PAGE_SIZE, 2_000_000));
+            assert_eq!(recorded, Recorded::Tracked);
+        }
         adm.forget_regions();
         let mut batch = vec![cand(in_thp)];
         rig.admit(&mut batch);

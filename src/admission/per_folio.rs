@@ -116,9 +116,9 @@ impl ThpMap {
     ///
     /// The fold is a sum over every THP of the process, so one THP's dense run at some offset
     /// makes a split fold whose hot subfolio holds, in another THP, one hot page (Redis on the
-    /// Debian guest: one folded decision a run moved a 256 KiB or 512 KiB subfolio of which
-    /// 61-250 pages were never touched in the phase; BENCHMARKS.md, "Folded plans a THP's own
-    /// samples refute").
+    /// Debian guest: in three runs of nine, one folded decision moved 256 KiB or 512 KiB
+    /// subfolios holding 61-250 pages never touched in the phase; BENCHMARKS.md, "Folded plans
+    /// a THP's own samples refute").
     ///
     /// Worked example (order 4, 16 pages, density 0.75: 12 hot pages claimed): one page
     /// sampled 3 times is refuted (the chance of one distinct page in 3 draws from 12 is
@@ -906,9 +906,9 @@ mod tests {
         assert_eq!(chance_of_at_most_distinct(0, 12, 0), 1.0);
     }
 
-    /// [`ThpMap::bears_out`]'s worked example, on the plan of
-    /// `a_thin_map_agrees_with_a_fold_that_holds_its_samples`-style fold (order 4, subfolio
-    /// 16 hot), with samples outside the hot subfolios ignored.
+    /// [`ThpMap::bears_out`]'s worked example, on a plan at order 4 with subfolio 16 hot (as
+    /// in `a_thin_map_agrees_with_a_fold_that_holds_its_samples`); samples outside the hot
+    /// subfolios do not count.
     #[test]
     fn a_thin_map_bears_out_a_fold_unless_its_samples_repeat_on_few_pages() {
         let mut plan = SplitPlan {
