@@ -467,6 +467,11 @@ counters! {
     /// Of `pgdemote_success`, pages moved back because their heat fell under
     /// `demote_below_floor_pct` of the heat floor (whatever the free memory).
     PgdemoteBelowFloor => "pgdemote_below_floor" as Metric::count("demoted_below_floor_pages"),
+    /// Pages under `demote_below_floor_pct` of the floor left on their fast node because they
+    /// sit in a large folio there: moving one moves the whole folio (move_pages(2) migrates
+    /// folios), whose other pages were promoted with it and may be hot. Counted at each
+    /// re-check that finds them.
+    PgdemoteHeldLargeFolio => "pgdemote_held_large_folio" as Metric::count("demote_held_large_folio_pages"),
     /// Demotions that did not happen (the page vanished, is busy, or the call failed).
     PgdemoteFail => "pgdemote_fail" as Metric::count("demote_failures"),
     /// Pages moved by an operator's `pghotctl migrate`.

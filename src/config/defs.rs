@@ -202,13 +202,15 @@ pub static SETTINGS: &[Setting] = &[
     .help(
         "Move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the hot_share_pct floor, whatever the free memory and within \
-         promote_rate_limit_MBps (not while paused); corrects promotions made on a few \
-         samples; needs hot_share_pct; 0: off [default: {default}]",
+         promote_rate_limit_MBps (not while paused), except a page in a large folio; \
+         corrects promotions made on a few samples; needs hot_share_pct; 0: off \
+         [default: {default}]",
     )
     .doc(
         "move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the `hot_share_pct` floor, whatever the free memory and within \
-         `promote_rate_limit_MBps`, not while paused (`pgdemote_below_floor`); corrects \
+         `promote_rate_limit_MBps`, not while paused (`pgdemote_below_floor`); a page in a \
+         large folio stays (`pgdemote_held_large_folio`: moving it moves the folio); corrects \
          promotions made on a few samples; needs `hot_share_pct`; 0: off",
     )
     .runtime(),

@@ -32,8 +32,8 @@
 
 use super::Migrator;
 use super::ratelimit::Clock;
-use crate::hotness::HotTable;
 use crate::hotness::candidate::Candidate;
+use crate::hotness::{HotTable, PageKey};
 use crate::movepages::Mover;
 use crate::stats::{Counter, Stats};
 
@@ -141,6 +141,56 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             start = end;
         }
         *batch = out;
+    }
+
+    /// Takes out of `pages` (ours, on a fast node, to be moved back) those that sit in a large
+    /// folio there, each counted (`pgdemote_held_large_folio`). move_pages(2) would move the
+    /// whole folio, which was promoted as one (a THP or a subfolio admission judged dense, or
+    /// a THP `promote_thp_min_samples_pct` let move), and the page falling under the floor
+    /// says nothing of its other pages; the demotion bucket would also be charged 4 KiB for
+    /// it. Without a folio map (or for a process whose map cannot be read) nothing is held.
+    pub(super) fn hold_large_folios(&mut self, pages: &mut Vec<PageKey>) {
+        if pages.is_empty() || self.folios.is_none() {
+            return;
+        }
+        pages.sort_unstable_by_key(|k| (k.pid(), k.vaddr()));
+        let mut kept = Vec::with_capacity(pages.len());
+        let mut held = 0u64;
+        let mut start = 0;
+        while start < pages.len() {
+            let pid = pages[start].pid();
+            let end = start + pages[start..].iter().take_while(|k| k.pid() == pid).count();
+            let group = &pages[start..end];
+            start = end;
+            // Gone since an earlier group found the map unavailable: the rest move as before.
+            let Some(map) = self.folios.as_mut() else {
+                kept.extend_from_slice(group);
+                continue;
+            };
+            let vaddrs: Vec<u64> = group.iter().map(|k| k.vaddr()).collect();
+            match map.large_folios(pid, &vaddrs) {
+                Ok(folios) => {
+                    for (key, folio) in group.iter().zip(&folios) {
+                        if folio.is_some() {
+                            held += 1;
+                        } else {
+                            kept.push(*key);
+                        }
+                    }
+                }
+                Err(FolioError::Process(e)) => {
+                    tracing::debug!(pid, "folio sizes unknown, moving back at 4 KiB: {e}");
+                    kept.extend_from_slice(group);
+                }
+                Err(FolioError::Unavailable(e)) => {
+                    tracing::warn!("folio sizes cannot be read, large folios move back whole: {e}");
+                    self.folios = None;
+                    kept.extend_from_slice(group);
+                }
+            }
+        }
+        self.stats.add(Counter::PgdemoteHeldLargeFolio, held);
+        *pages = kept;
     }
 
     /// One process's candidates (sorted by address) with their folios, into `out`.

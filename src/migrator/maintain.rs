@@ -85,6 +85,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             return;
         }
         let mut fallen = self.table.take_fallen(&self.demotes_from);
+        self.hold_large_folios(&mut fallen);
         if fallen.is_empty() {
             return;
         }

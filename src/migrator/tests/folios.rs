@@ -208,3 +208,56 @@ fn without_folio_sizes_candidates_go_on_at_4_kib_and_sizing_stops() {
     assert_eq!(calls.load(Ordering::Relaxed), 1);
     assert_eq!(counter(&rig, Counter::FolioSizeUnknown), 2);
 }
+
+/// Moving back under the floor (`demote_below_floor_pct`) leaves a page in a large folio where
+/// it is. Pages 0 and 1 (base) and 20 (in the 64 KiB mTHP at 16..32) are promoted on two
+/// samples each, then pages 0 and 1 take 100 samples each on the fast node: heats 102, 102,
+/// 2, 2 samples, as in `our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory`
+/// with page 20 for page 3 (a floor of 96; 2 < 48). Page 2 moves back; page 20 would move its
+/// whole mTHP, so it is held and counted, at each upkeep that finds it.
+#[test]
+fn a_page_under_the_floor_in_a_large_folio_is_not_moved_back() {
+    let (mut rig, calls) = folio_rig(moves_everything(), false);
+    let pages = [0u64, 1, 2, 20];
+    for &p in &pages {
+        sample(&rig, PID, p, 2, 0);
+    }
+    rig.migrator
+        .process(&mut pages.iter().map(|&p| cand(PID, p, 0)).collect());
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+    for p in 0..2 {
+        for _ in 0..100 {
+            rig.table.touch(&Access {
+                key: PageKey::new(PID, p * PAGE_SIZE).unwrap(),
+                time_ns: 1_000_000,
+                node: 0,
+                op: AccessOp::Load,
+            });
+        }
+    }
+    rig.table.set_policy(HotnessConfig {
+        heat_halflife_ms: 3_600_000,
+        hot_share_pct: 80,
+        demote_below_floor_pct: 50,
+        ..rig.table.policy()
+    });
+    (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
+    assert_eq!(rig.table.heat_floor(), Some(96.0));
+    let looked_up = calls.load(Ordering::Relaxed);
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteBelowFloor), 1);
+    assert_eq!(counter(&rig, Counter::PgdemoteHeldLargeFolio), 1);
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        looked_up + 1,
+        "one lookup per process"
+    );
+    let mem = rig.mover.0.lock();
+    assert_eq!(mem.pages[&(PID, 2 * PAGE_SIZE)], SLOW);
+    assert_eq!(mem.pages[&(PID, 20 * PAGE_SIZE)], 0);
+    drop(mem);
+    // Still ours, still under: held again at the next upkeep.
+    rig.migrator.maintain();
+    assert_eq!(counter(&rig, Counter::PgdemoteHeldLargeFolio), 2);
+    assert_eq!(counter(&rig, Counter::PgdemoteBelowFloor), 1);
+}
