@@ -156,12 +156,8 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         pages.sort_unstable_by_key(|k| (k.pid(), k.vaddr()));
         let mut kept = Vec::with_capacity(pages.len());
         let mut held = 0u64;
-        let mut start = 0;
-        while start < pages.len() {
-            let pid = pages[start].pid();
-            let end = start + pages[start..].iter().take_while(|k| k.pid() == pid).count();
-            let group = &pages[start..end];
-            start = end;
+        for group in pages.chunk_by(|a, b| a.pid() == b.pid()) {
+            let pid = group[0].pid();
             // Gone since an earlier group found the map unavailable: the rest move as before.
             let Some(map) = self.folios.as_mut() else {
                 kept.extend_from_slice(group);
