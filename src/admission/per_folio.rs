@@ -831,14 +831,8 @@ mod tests {
     /// one with 2 samples at page 260 fits it and is split by the fold.
     #[test]
     fn auto_takes_a_split_fold_only_where_the_thps_own_samples_fit_it() {
-        let r = admit_under_b_cluster(&[40], 2);
-        assert!(r.moved.is_empty());
-        assert_eq!(r.rig.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
-        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 0);
-
-        let r = admit_under_b_cluster(&[260], 2);
-        assert_eq!(r.moved, vec![('A', 260, 16 * 4096)]);
-        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 1);
+        admit_under_b_cluster(&[40], 2).waited();
+        admit_under_b_cluster(&[260], 2).split_by_the_fold();
     }
 
     /// The same fold (B's 64 KiB cluster, order 4, subfolio 16: 12 of its 16 pages claimed
@@ -847,21 +841,30 @@ mod tests {
     /// fell on three pages of the subfolio, once each, bears it out and is split by the fold.
     #[test]
     fn auto_leaves_a_fold_that_the_thps_repeated_samples_refute() {
-        let r = admit_under_b_cluster(&[260], 3);
-        assert!(r.moved.is_empty());
-        assert_eq!(r.rig.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
-        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 0);
-        assert!(r.rig.gate.kernel.splits.is_empty());
-
-        let r = admit_under_b_cluster(&[258, 260, 262], 1);
-        assert_eq!(r.moved, vec![('A', 260, 16 * 4096)]);
-        assert_eq!(r.rig.stats.get(Counter::ThpSplitFolded), 1);
+        admit_under_b_cluster(&[260], 3).waited();
+        admit_under_b_cluster(&[258, 260, 262], 1).split_by_the_fold();
     }
 
     /// What [`admit_under_b_cluster`] left: the rig and the moves of its batch.
     struct Admitted {
         rig: Rig,
         moved: Vec<(char, u64, u64)>,
+    }
+
+    impl Admitted {
+        /// A's candidate waits for its own samples: nothing split, nothing moved.
+        fn waited(&self) {
+            assert!(self.moved.is_empty());
+            assert_eq!(self.rig.stats.get(Counter::PgpromoteDeferredFewSamples), 1);
+            assert_eq!(self.rig.stats.get(Counter::ThpSplitFolded), 0);
+            assert!(self.rig.gate.kernel.splits.is_empty());
+        }
+
+        /// A is split by the fold and the candidate's 64 KiB subfolio moves.
+        fn split_by_the_fold(&self) {
+            assert_eq!(self.moved, vec![('A', 260, 16 * 4096)]);
+            assert_eq!(self.rig.stats.get(Counter::ThpSplitFolded), 1);
+        }
     }
 
     /// Under `auto`: THP B's 64 KiB cluster at pages 256..272 (10 samples each) makes the fold

@@ -99,46 +99,48 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         self.folios.is_some() && !self.admission.as_ref().is_some_and(|a| a.sizes_folios())
     }
 
+    /// The large folios of `vaddrs` (sorted) of `pid`, or `None` when they cannot be read: no
+    /// map, this process's map unreadable (logged), or folio sizes unreadable on this machine
+    /// (warned; the map is dropped, so every later lookup is `None` at once). Promotion and
+    /// moving back both ask here.
+    fn folios_of(&mut self, pid: u32, vaddrs: &[u64]) -> Option<Vec<Option<Folio>>> {
+        match self.folios.as_mut()?.large_folios(pid, vaddrs) {
+            Ok(folios) => Some(folios),
+            Err(FolioError::Process(e)) => {
+                tracing::debug!(pid, "folio sizes unknown, its pages move at 4 KiB: {e}");
+                None
+            }
+            Err(FolioError::Unavailable(e)) => {
+                tracing::warn!(
+                    "folio sizes cannot be read: candidates are charged at 4 KiB, a page in a \
+                     large folio moves it whole, and pages under the heat floor move back \
+                     whatever their folio: {e}"
+                );
+                self.folios = None;
+                None
+            }
+        }
+    }
+
     /// Charges each candidate of `batch` at its folio's size, keeps one candidate per folio
     /// and defers the candidates of folios too sparse to move whole (see the module doc).
     pub(super) fn size_folios(&mut self, batch: &mut Vec<Candidate>) {
         batch.sort_unstable_by_key(|c| (c.key.pid(), c.key.vaddr()));
         let mut out = Vec::with_capacity(batch.len());
-        let mut start = 0;
-        while start < batch.len() {
-            let pid = batch[start].key.pid();
-            let end = start
-                + batch[start..]
-                    .iter()
-                    .take_while(|c| c.key.pid() == pid)
-                    .count();
-            let group = &batch[start..end];
-            let vaddrs: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
-            let Some(map) = self.folios.as_mut() else {
+        for group in batch.chunk_by(|a, b| a.key.pid() == b.key.pid()) {
+            if self.folios.is_none() {
                 out.extend_from_slice(group);
-                start = end;
                 continue;
-            };
-            match map.large_folios(pid, &vaddrs) {
-                Ok(folios) => self.charge_folios(group, &folios, &mut out),
-                Err(FolioError::Process(e)) => {
-                    tracing::debug!(pid, "folio sizes unknown, charged at 4 KiB: {e}");
-                    self.stats
-                        .add(Counter::FolioSizeUnknown, group.len() as u64);
-                    out.extend_from_slice(group);
-                }
-                Err(FolioError::Unavailable(e)) => {
-                    tracing::warn!(
-                        "folio sizes cannot be read, candidates are charged at 4 KiB and a \
-                         THP moves whole: {e}"
-                    );
-                    self.folios = None;
+            }
+            let vaddrs: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
+            match self.folios_of(group[0].key.pid(), &vaddrs) {
+                Some(folios) => self.charge_folios(group, &folios, &mut out),
+                None => {
                     self.stats
                         .add(Counter::FolioSizeUnknown, group.len() as u64);
                     out.extend_from_slice(group);
                 }
             }
-            start = end;
         }
         *batch = out;
     }
@@ -148,7 +150,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// whole folio, which was promoted as one (a THP or a subfolio admission judged dense, or
     /// a THP `promote_thp_min_samples_pct` let move), and the page falling under the floor
     /// says nothing of its other pages; the demotion bucket would also be charged 4 KiB for
-    /// it. Without a folio map (or for a process whose map cannot be read) nothing is held.
+    /// it. Where folio sizes cannot be read (see `folios_of`) nothing is held.
     pub(super) fn hold_large_folios(&mut self, pages: &mut Vec<PageKey>) {
         if pages.is_empty() || self.folios.is_none() {
             return;
@@ -157,31 +159,16 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let mut kept = Vec::with_capacity(pages.len());
         let mut held = 0u64;
         for group in pages.chunk_by(|a, b| a.pid() == b.pid()) {
-            let pid = group[0].pid();
-            // Gone since an earlier group found the map unavailable: the rest move as before.
-            let Some(map) = self.folios.as_mut() else {
+            let vaddrs: Vec<u64> = group.iter().map(|k| k.vaddr()).collect();
+            let Some(folios) = self.folios_of(group[0].pid(), &vaddrs) else {
                 kept.extend_from_slice(group);
                 continue;
             };
-            let vaddrs: Vec<u64> = group.iter().map(|k| k.vaddr()).collect();
-            match map.large_folios(pid, &vaddrs) {
-                Ok(folios) => {
-                    for (key, folio) in group.iter().zip(&folios) {
-                        if folio.is_some() {
-                            held += 1;
-                        } else {
-                            kept.push(*key);
-                        }
-                    }
-                }
-                Err(FolioError::Process(e)) => {
-                    tracing::debug!(pid, "folio sizes unknown, moving back at 4 KiB: {e}");
-                    kept.extend_from_slice(group);
-                }
-                Err(FolioError::Unavailable(e)) => {
-                    tracing::warn!("folio sizes cannot be read, large folios move back whole: {e}");
-                    self.folios = None;
-                    kept.extend_from_slice(group);
+            for (key, folio) in group.iter().zip(&folios) {
+                if folio.is_some() {
+                    held += 1;
+                } else {
+                    kept.push(*key);
                 }
             }
         }
