@@ -59,6 +59,7 @@ fn rich_snapshot() -> Snapshot {
         promote_rate_limit_mbps: 1024,
         tracked_pages: 21,
         max_tracked_pages: 1 << 20,
+        heat_floor_samples: Some(3.5),
         nodes: vec![
             node(0, "top"),
             node(1, "top"),

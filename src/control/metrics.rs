@@ -274,6 +274,17 @@ impl Writer {
             &[],
             format!("{:.3}", snap.uptime_s),
         );
+        // Only while there is one: a 0 would read as "every page qualifies".
+        if let Some(floor) = snap.heat_floor_samples {
+            self.family(
+                "pghotd_heat_floor",
+                "gauge",
+                "",
+                "heat in samples a page needs to be promoted under hot_share_pct (halves every \
+                 heat_halflife_ms); absent while hot_share_pct is off or nothing is ranked yet",
+            );
+            self.sample("pghotd_heat_floor", &[], format!("{floor:.3}"));
+        }
     }
 
     /// One sample per kind of competing promoter: 1 while one is found, else 0.
@@ -589,6 +600,7 @@ mod tests {
             promote_rate_limit_mbps: 1,
             tracked_pages: 3,
             max_tracked_pages: 1024,
+            heat_floor_samples: Some(2.5),
             nodes: vec![node(0, "top"), node(1, "lower"), node(2, "lower")],
             pids: vec![PidRow {
                 pid: 42,
@@ -632,6 +644,8 @@ mod tests {
             "pghotd_promoted_pages_total{node=\"1\"} 2",
             "pghotd_queue_depth{node=\"2\"} 9",
             "pghotd_paused 1",
+            "# TYPE pghotd_heat_floor gauge",
+            "pghotd_heat_floor 2.500",
             "# TYPE pghotd_conflicts gauge",
             "pghotd_conflicts{kind=\"numa_balancing\"} 1",
             "pghotd_conflicts{kind=\"pghotd\"} 0",

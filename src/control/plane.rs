@@ -248,6 +248,7 @@ impl ControlPlane {
             promote_rate_limit_mbps: config.migrator.promote_rate_limit_mbps,
             tracked_pages: table.len() as u64,
             max_tracked_pages: table.max_tracked_pages() as u64,
+            heat_floor_samples: table.heat_floor_standing(),
             nodes: self.node_rows(),
             pids,
             pids_omitted: omitted,

@@ -324,6 +324,19 @@ impl HotTable {
         (floor != u32::MAX).then(|| f64::from(floor) / f64::from(HEAT_ONE))
     }
 
+    /// The heat (in samples) a candidate needs now under `hot_share_pct`: the floor as drawn,
+    /// halved at each epoch boundary since, as promotion and the re-check read it; `None`
+    /// while `hot_share_pct` is off or there is no heat to rank yet.
+    pub fn heat_floor_standing(&self) -> Option<f64> {
+        let floor = self.floor();
+        if floor.drawn() == 0 || floor.drawn() == u32::MAX {
+            return None;
+        }
+        let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
+        let now = self.now_ms();
+        Some(f64::from(floor.at(now, halflife)) / f64::from(HEAT_ONE))
+    }
+
     fn retune_window(&self) {
         let per_s = f64::from_bits(self.recorded_per_s.load(Ordering::Relaxed));
         let floor_ms = self.promote_window_ms.load(Ordering::Relaxed);
@@ -690,6 +703,7 @@ mod tests {
         );
         // Nothing to rank yet: no candidates.
         assert_eq!(t.heat_floor(), None);
+        assert_eq!(t.heat_floor_standing(), None);
         assert_eq!(t.record(&access(1, 500, 0)), Recorded::Tracked);
         assert_eq!(t.record(&access(1, 500, 1)), Recorded::Tracked);
         // By hand: pages 1..=10 take 20 samples each (200) and pages 100..=189 one each (90),
@@ -738,6 +752,7 @@ mod tests {
             ..t.policy()
         });
         assert_eq!(t.heat_floor(), Some(0.0));
+        assert_eq!(t.heat_floor_standing(), None);
         assert_eq!(t.record(&access(1, 102, 410)), Recorded::Candidate);
     }
 
@@ -859,10 +874,13 @@ mod tests {
             ..t.policy()
         });
         assert_eq!(t.heat_floor(), Some(48.0));
+        assert_eq!(t.heat_floor_standing(), Some(48.0));
         // 1 ms past the 60 s boundary, before the next pass, every heat has halved and the
         // floor with them (24 samples): page 1's 25 is not under 70 % of it, and a page new
         // since is a candidate at its 24th sample (threshold 2), not its 48th.
         t.record(&access(1, 5000, 60_001));
+        assert_eq!(t.heat_floor(), Some(48.0), "as drawn");
+        assert_eq!(t.heat_floor_standing(), Some(24.0), "as it stands");
         assert_eq!(t.take_fallen(&[0]), vec![]);
         let new_page: Vec<Recorded> = (0..24)
             .map(|_| t.record(&access(1, 6000, 60_001)))

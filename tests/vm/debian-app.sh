@@ -10,6 +10,7 @@
 # phase's start, read at its end through the pghot.ctl port).
 #   PGHOT-APP-ROUND n=... ops_per_s=... p50_ms=... p99_ms=...   one per round
 #   PGHOT-APP-SNAP n=... samples_sent_dropped=SENT/DROPPED         after each round's snapshot
+#                  [heat_floor=F promoted=N moved_back=M]         (pghotd scenarios)
 #   RESULT {json}                                               the scenario's figures
 #   PGHOT-RIG-ERROR text                                        something went wrong
 set -u
@@ -92,6 +93,19 @@ ctl() {
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 # field_or_null LINE KEY: the same, or null for a field the line lacks (a JSON number or null).
 field_or_null() { local v; v=$(field "$1" "$2"); echo "${v:-null}"; }
+
+# pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M" from
+# pghotctl (the floor as it stands, in samples, or "-" without one; pgpromote_success and
+# pgdemote_below_floor so far), to read a round's hot-set share against; nothing otherwise.
+pghotd_round_state() {
+	case $scenario in pghotd-*) ;; *) return 0 ;; esac
+	local j
+	j=$(pghotctl stats --json 2> /dev/null | tr -d ' \n')
+	printf ' heat_floor=%s promoted=%s moved_back=%s' \
+		"$(printf '%s' "$j" | sed -n 's/.*"heat_floor_samples":\([0-9.e+-]*\).*/\1/p' | grep . || echo -)" \
+		"$(printf '%s' "$j" | sed -n 's/.*"pgpromote_success":\([0-9]*\).*/\1/p' | grep . || echo -)" \
+		"$(printf '%s' "$j" | sed -n 's/.*"pgdemote_below_floor":\([0-9]*\).*/\1/p' | grep . || echo -)"
+}
 
 # --- the program ----------------------------------------------------------------------------
 app_pid=
@@ -392,7 +406,7 @@ for n in $(seq 1 "$RIG_ROUNDS"); do
 	printf '%s %s %s\n' "$ops" "$p50" "$p99" >> "$work/rounds"
 	snap "$n"
 	c=$(ctl STATS)
-	echo "PGHOT-APP-SNAP n=$n samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)"
+	echo "PGHOT-APP-SNAP n=$n samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)$(pghotd_round_state)"
 done
 t1=$(now)
 profile_stop

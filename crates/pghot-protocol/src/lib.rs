@@ -330,6 +330,11 @@ pub struct Snapshot {
     pub promote_rate_limit_mbps: u64,
     pub tracked_pages: u64,
     pub max_tracked_pages: u64,
+    /// The heat, in samples, a page needs to be promoted under `hot_share_pct` as the floor
+    /// stands now (it halves every `heat_halflife_ms` between draws); absent while
+    /// `hot_share_pct` is off or no floor is drawn yet (and from daemons before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heat_floor_samples: Option<f64>,
     pub nodes: Vec<NodeRow>,
     /// Processes, busiest (most samples) first.
     pub pids: Vec<PidRow>,

@@ -351,13 +351,15 @@ fn header_lines(app: &App, snap: &Snapshot, width: usize) -> Vec<Line<'static>> 
     lines.push(Line::from(match &app.error {
         Some(e) => format!("STALE: {e}"),
         None => format!(
-            "samples {}/s  dropped {:.1}%  promote {:.1} of {} MB/s  tracked {} of {}",
+            "samples {}/s  dropped {:.1}%  promote {:.1} of {} MB/s  tracked {} of {}{}",
             human(rates.samples_per_s),
             rates.dropped * 100.0,
             rates.promoted_mb_per_s,
             snap.promote_rate_limit_mbps,
             human(snap.tracked_pages as f64),
             human(snap.max_tracked_pages as f64),
+            snap.heat_floor_samples
+                .map_or(String::new(), |f| format!("  floor {f:.1} samples")),
         ),
     }));
     for n in &snap.nodes {

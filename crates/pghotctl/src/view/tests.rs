@@ -35,6 +35,7 @@ fn snapshot(uptime_s: f64, total: u64, dropped: u64, bytes0: u64, samples: [u64;
         promote_rate_limit_mbps: 64,
         tracked_pages: 12_345,
         max_tracked_pages: 1 << 20,
+        heat_floor_samples: None,
         nodes: vec![
             NodeRow {
                 node: 0,
@@ -180,6 +181,22 @@ fn a_competing_promoter_is_shown_under_the_nodes() {
         "\n{got}"
     );
     assert!(lines[6].starts_with("┌ processes"), "\n{got}");
+}
+
+#[test]
+fn the_heat_floor_is_shown_beside_the_table_while_there_is_one() {
+    let mut app = app();
+    let got = draw(&app, 120, 24);
+    assert!(!got.contains("floor"), "\n{got}");
+    let mut snap = app.current.clone().unwrap();
+    snap.heat_floor_samples = Some(6.5);
+    app.current = Some(snap);
+    let got = draw(&app, 120, 24);
+    let line = got.lines().nth(1).unwrap().trim_end();
+    assert!(
+        line.ends_with("tracked 12.3k of 1.0M  floor 6.5 samples"),
+        "{line}"
+    );
 }
 
 #[test]
