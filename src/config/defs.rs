@@ -201,15 +201,17 @@ pub static SETTINGS: &[Setting] = &[
     .flag("demote-below-floor-pct", "PCT")
     .help(
         "Move a page pghotd promoted back to its lower tier once its heat falls under this \
-         percentage of the hot_share_pct floor, whatever the free memory and within \
-         promote_rate_limit_MBps (not while paused), except a page in a large folio; \
+         percentage of the hot_share_pct floor (the lowest drawn in the last 20 s of \
+         samples), whatever the free memory and within promote_rate_limit_MBps (not while \
+         paused), except a page in a large folio; \
          corrects promotions made on a few samples; needs hot_share_pct; 0: off \
          [default: {default}]",
     )
     .doc(
         "move a page pghotd promoted back to its lower tier once its heat falls under this \
-         percentage of the `hot_share_pct` floor, whatever the free memory and within \
-         `promote_rate_limit_MBps`, not while paused (`pgdemote_below_floor`); a page in a \
+         percentage of the `hot_share_pct` floor (the lowest drawn in the last 20 s of \
+         samples), whatever the free memory and within `promote_rate_limit_MBps`, not while \
+         paused (`pgdemote_below_floor`); a page in a \
          large folio stays (`pgdemote_held_large_folio`: moving it moves the folio); corrects \
          promotions made on a few samples; needs `hot_share_pct`; 0: off",
     )

@@ -10,8 +10,8 @@
 //! While `demote_below_floor_pct` is set, the table lists every page pghotd promotes, per fast
 //! node. Each migrator's upkeep walks a bounded chunk of the lists of the fast nodes it demotes
 //! from ([`HotTable::take_fallen`](super::HotTable::take_fallen)): a page still ours and on the
-//! node whose heat is under that percentage of the floor is handed back to be moved to the
-//! lower tier; a page no longer ours (demoted, found back on a lower tier by the audit,
+//! node whose heat is under that percentage of the floor (the lowest of the last few drawn:
+//! [`RecentFloors`](super::share::RecentFloors)) is handed back to be moved to the lower tier; a page no longer ours (demoted, found back on a lower tier by the audit,
 //! evicted from the table) leaves the list. The gap between the floor, which a page must reach
 //! to be promoted, and the share of it under which it goes back is the hysteresis that keeps a
 //! page near the floor from moving on every sample.

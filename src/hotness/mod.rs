@@ -128,6 +128,9 @@ pub struct HotTable {
     /// The heat a candidate needs under `hot_share_pct` ([`share::DrawnFloor`]'s bits).
     /// Recomputed with the window, once per [`window::SPAN_NS`] of sample time.
     heat_floor: AtomicU64,
+    /// The floor `demote_below_floor_pct` is a share of: the lowest of the recent draws
+    /// ([`share::RecentFloors`]), in the same form.
+    demote_floor: AtomicU64,
     /// The heat histogram of each slice of the shards at its last pass.
     heat_slices: Mutex<HeatSlices>,
     demote_below_floor_pct: AtomicU32,
@@ -142,6 +145,8 @@ pub struct HotTable {
 struct HeatSlices {
     next: usize,
     latest: Vec<Option<(u32, share::HeatHistogram)>>,
+    /// The last floors drawn, for moving back.
+    floors: share::RecentFloors,
 }
 
 #[inline]
@@ -173,6 +178,7 @@ impl HotTable {
             heat_halflife_ms: AtomicU32::new(0),
             hot_share_pct: AtomicU32::new(0),
             heat_floor: AtomicU64::new(share::DrawnFloor::OFF.bits()),
+            demote_floor: AtomicU64::new(share::DrawnFloor::OFF.bits()),
             heat_slices: Mutex::new(HeatSlices::default()),
             demote_below_floor_pct: AtomicU32::new(0),
             promoted_lists: Mutex::new(fallen::PromotedLists::default()),
@@ -218,6 +224,9 @@ impl HotTable {
         let share = self.hot_share_pct.load(Ordering::Relaxed);
         if share == 0 || share >= 100 {
             self.store_floor(share::DrawnFloor::OFF);
+            self.demote_floor
+                .store(share::DrawnFloor::OFF.bits(), Ordering::Relaxed);
+            self.heat_slices.lock().floors.clear();
             return;
         }
         // Another recorder's flush is at it: that one will set the floor.
@@ -260,6 +269,12 @@ impl HotTable {
         if floor != u32::MAX || self.floor().drawn() == 0 {
             self.store_floor(share::DrawnFloor::new(floor, now));
         }
+        if floor != u32::MAX && floor != 0 {
+            slices.floors.push(share::DrawnFloor::new(floor, now));
+        }
+        if let Some(lowest) = slices.floors.lowest(now, halflife) {
+            self.demote_floor.store(lowest.bits(), Ordering::Relaxed);
+        }
     }
 
     fn floor(&self) -> share::DrawnFloor {
@@ -272,11 +287,12 @@ impl HotTable {
 
     /// Re-checks up to [`fallen::CHECK_PER_UPKEEP`] of the pages pghotd promoted to each of
     /// `nodes` (see [`fallen`]) and returns those still ours, still there and under
-    /// `demote_below_floor_pct` of the heat floor, for a migrator to move back; nothing while
-    /// that is off or no floor exists.
+    /// `demote_below_floor_pct` of the heat floor (the lowest of its recent draws,
+    /// [`share::RecentFloors`]), for a migrator to move back; nothing while that is off or no
+    /// floor exists.
     pub fn take_fallen(&self, nodes: &[NodeId]) -> Vec<PageKey> {
         let pct = self.demote_below_floor_pct.load(Ordering::Relaxed);
-        let floor = self.floor();
+        let floor = share::DrawnFloor::from_bits(self.demote_floor.load(Ordering::Relaxed));
         if pct == 0 || floor.drawn() == 0 || floor.drawn() == u32::MAX {
             return Vec::new();
         }
@@ -815,6 +831,43 @@ mod tests {
             ..t.policy()
         });
         assert_eq!(t.take_fallen(&[0, 1]), vec![]);
+    }
+
+    #[test]
+    fn a_page_goes_back_only_under_every_floor_drawn_in_the_last_draws() {
+        // One shard, so each draw reads the whole table; heat is the sample count (an hour's
+        // half-life); an 80 % share; pages we promoted go back under half the floor.
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                demote_below_floor_pct: 50,
+                ..policy(2, 3_600_000)
+            },
+        );
+        let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
+        let page21 = access(1, 21, 0).key;
+        // By hand: pages 1..=10 take 100 samples (1,000), page 21 60, ours on node 0. 80 % of
+        // 1,060 is 848, inside the 100-sample pages: floor 96 (as above), half of it 48.
+        (1..=10).for_each(|page| sampled(page, 100));
+        sampled(21, 60);
+        t.mark_promoted_by_us(page21, 0);
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.heat_floor(), Some(96.0));
+        assert_eq!(t.take_fallen(&[0]), vec![]);
+        // The hot pages take 60 more (160 each; 80 % of 1,660 is 1,328): the floor is 160 =
+        // 0b1010_0000, its own bucket's lower bound, and half of it is 80, over page 21's 60.
+        // Promotion reads the new floor at once; moving back waits until every floor of the
+        // last DEMOTE_FLOOR_DRAWS draws is that high.
+        (1..=10).for_each(|page| sampled(page, 60));
+        for _ in 1..share::DEMOTE_FLOOR_DRAWS {
+            t.set_recorded_rate(1.0);
+            assert_eq!(t.heat_floor(), Some(160.0));
+            assert_eq!(t.take_fallen(&[0]), vec![], "the 96 floor is recent");
+        }
+        t.set_recorded_rate(1.0);
+        assert_eq!(t.take_fallen(&[0]), vec![page21]);
     }
 
     /// Pages 1..=200 take 50 samples each from `at_ms` on, `cold` pages one each at

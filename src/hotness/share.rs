@@ -82,6 +82,46 @@ impl DrawnFloor {
     }
 }
 
+/// Floors a moved-back page must be under, the latest draw included (20 s of sample time).
+pub const DEMOTE_FLOOR_DRAWS: usize = 4;
+
+/// The last [`DEMOTE_FLOOR_DRAWS`] floors drawn, for moving back: a page goes back only under
+/// the lowest of them, as each stands now.
+///
+/// Why: each draw reads a different slice, a different quarter of the pages, and puts the
+/// floor on a bucket's lower bound, so from one draw to the next the floor steps up or down a
+/// bucket (9-25 %) while the pages' heats sit on a few sample-count levels. A step up put a
+/// whole level of hot pages under `demote_below_floor_pct` at once: every Redis pass at 85 %
+/// lost 3-6 points of the hot set in one round and took 6-10 rounds to win them back
+/// (BENCHMARKS.md, issue 18). Promotion still reads the latest draw.
+#[derive(Debug, Default)]
+pub(crate) struct RecentFloors {
+    drawn: std::collections::VecDeque<DrawnFloor>,
+}
+
+impl RecentFloors {
+    /// Adds a draw (a real floor: neither off nor "no heat yet").
+    pub(crate) fn push(&mut self, floor: DrawnFloor) {
+        if self.drawn.len() == DEMOTE_FLOOR_DRAWS {
+            self.drawn.pop_front();
+        }
+        self.drawn.push_back(floor);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.drawn.clear();
+    }
+
+    /// The lowest of the recent draws at `now_ms`, as a floor drawn then; `None` before any.
+    pub(crate) fn lowest(&self, now_ms: u32, halflife_ms: u32) -> Option<DrawnFloor> {
+        self.drawn
+            .iter()
+            .map(|f| f.at(now_ms, halflife_ms))
+            .min()
+            .map(|floor| DrawnFloor::new(floor, now_ms))
+    }
+}
+
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
 
