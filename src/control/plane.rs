@@ -184,10 +184,15 @@ impl ControlPlane {
         let table = &self.parts.table;
         let topo = &self.parts.topology;
         let threshold = f64::from(table.policy().freq_threshold);
-        // One pass over the table for the per-process page figures (and one pid's pages).
+        // One pass over the table for the per-process page figures (and one pid's pages). With
+        // no process rows and no ranges asked for (`top` with limit 0: counters and gauges
+        // only) there is nothing to show them in, and the pass, which reads every slot (seconds
+        // in the rig's TCG guest, where pghotctl ran it between rounds), is skipped.
         let mut pages: HashMap<u32, (u64, u64, u64)> = HashMap::new();
         let mut range_pages: Vec<(u64, f64, NodeId)> = Vec::new();
-        table.for_each_page(|e, heat| {
+        let walk = limit > 0 || ranges_of.is_some();
+        let shards = if walk { 0..table.shard_count() } else { 0..0 };
+        table.for_each_page_in(shards, |e, heat| {
             let pid = e.key().pid();
             let slow = topo.is_lower_tier(e.node());
             let p = pages.entry(pid).or_default();

@@ -95,16 +95,19 @@ field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 field_or_null() { local v; v=$(field "$1" "$2"); echo "${v:-null}"; }
 
 # pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M" from
-# pghotctl (the floor as it stands, in samples, or "-" without one; pgpromote_success and
-# pgdemote_below_floor so far), to read a round's hot-set share against; nothing otherwise.
+# `pghotctl stats` (the floor as it stands, in samples, or "-" without one; pgpromote_success
+# and pgdemote_below_floor so far), to read a round's hot-set share against; nothing otherwise.
+# Counters only: `--json` and `--pids` make pghotd read its whole table, seconds in this guest.
 pghotd_round_state() {
 	case $scenario in pghotd-*) ;; *) return 0 ;; esac
-	local j
-	j=$(pghotctl stats --json 2> /dev/null | tr -d ' \n')
-	printf ' heat_floor=%s promoted=%s moved_back=%s' \
-		"$(printf '%s' "$j" | sed -n 's/.*"heat_floor_samples":\([0-9.e+-]*\).*/\1/p' | grep . || echo -)" \
-		"$(printf '%s' "$j" | sed -n 's/.*"pgpromote_success":\([0-9]*\).*/\1/p' | grep . || echo -)" \
-		"$(printf '%s' "$j" | sed -n 's/.*"pgdemote_below_floor":\([0-9]*\).*/\1/p' | grep . || echo -)"
+	pghotctl stats 2> /dev/null | awk '
+		{ v[$1] = $2 }
+		END {
+			printf " heat_floor=%s promoted=%s moved_back=%s", \
+				("heat_floor_samples" in v ? v["heat_floor_samples"] : "-"), \
+				("pgpromote_success" in v ? v["pgpromote_success"] : "-"), \
+				("pgdemote_below_floor" in v ? v["pgdemote_below_floor"] : "-")
+		}'
 }
 
 # --- the program ----------------------------------------------------------------------------

@@ -256,7 +256,7 @@ fn status(cli: &Cli) -> anyhow::Result<()> {
     print_status(&s)?;
     // The damon figure is an extra: a daemon that cannot answer `stats` still had its status
     // shown, and the command succeeds on that.
-    if let Ok(snap) = client.call::<Snapshot>(&Request::Stats) {
+    if let Ok(snap) = client.call::<Snapshot>(&COUNTERS_ONLY) {
         let regions = snap.counter("damon_accessed_regions");
         let pages = snap.counter("damon_accessed_region_pages");
         if let Some(line) = damon_granularity(regions, pages) {
@@ -484,10 +484,23 @@ fn print_status(s: &StatusReport) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Counters and gauges without the per-process rows: the daemon then skips its pass over the
+/// hotness table (a read of every slot), which only those rows need.
+const COUNTERS_ONLY: Request = Request::Top {
+    pid: None,
+    limit: 0,
+};
+
 fn stats(cli: &Cli, watch: Option<f64>, pids: bool) -> anyhow::Result<()> {
     let mut client = Client::connect(&cli.socket)?;
     let Some(watch) = watch else {
-        let v = client.request(&Request::Stats)?;
+        // `--json` prints the whole snapshot, process rows included.
+        let request = if pids || cli.json {
+            Request::Stats
+        } else {
+            COUNTERS_ONLY
+        };
+        let v = client.request(&request)?;
         if cli.json {
             return print_json(&v);
         }
@@ -498,7 +511,12 @@ fn stats(cli: &Cli, watch: Option<f64>, pids: bool) -> anyhow::Result<()> {
     let mut prev: Option<Snapshot> = None;
     loop {
         let started = Instant::now();
-        let snap: Snapshot = client.call(&Request::Stats)?;
+        // The JSON lines carry counters and rates only.
+        let snap: Snapshot = client.call(if pids {
+            &Request::Stats
+        } else {
+            &COUNTERS_ONLY
+        })?;
         if cli.json {
             // One JSON object per line: the counters and their rates since the last line.
             let rates = prev.as_ref().map(|p| rates(p, &snap));
@@ -542,6 +560,10 @@ fn print_stats(snap: &Snapshot, prev: Option<&Snapshot>, pids: bool) -> anyhow::
             )?,
             None => writeln!(out, "{name:<32} {value:>14}")?,
         }
+    }
+    // A gauge, after the counters and without a rate.
+    if let Some(floor) = snap.heat_floor_samples {
+        writeln!(out, "{:<32} {floor:>14.3}", "heat_floor_samples")?;
     }
     if pids {
         writeln!(

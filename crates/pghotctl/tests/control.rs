@@ -413,6 +413,45 @@ fn config_set_reload_sighup_and_pause() {
 }
 
 #[test]
+fn stats_shows_the_heat_floor_and_leaves_process_rows_to_pids() {
+    // One shard (1024 pages), so each floor pass reads every page; an hour's half-life, so
+    // heat is the sample count.
+    let mut d = Daemon::start(&[
+        "--max-tracked-pages",
+        "1024",
+        "--heat-halflife-ms",
+        "3600000",
+        "--hot-share-pct",
+        "80",
+    ]);
+    // By hand: 10 pages of 3 samples and one of 1 (31): 80 % is 24.8, inside the 3-sample
+    // pages, so a page needs 3 samples. The last sample, 7 s of sample time on, ends a 5 s span
+    // and the floor is drawn.
+    d.feed(&trace(900_001, 10, 3));
+    d.feed("12000000000 0 900001 900001 0x7f0000100000 - L extmem 2\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: serde_json::Value =
+            serde_json::from_str(&stdout(d.ctl().args(["stats", "--json"]))).unwrap();
+        // The floor is drawn when the span ends, as the last sample is being recorded.
+        if v["heat_floor_samples"] == 3.0 && v["pids"][0]["tracked_pages"] == 11 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no floor of 3 over 11 pages: {v:#}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = stdout(d.ctl().arg("stats"));
+    let floor: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("heat_floor_samples"))
+        .collect();
+    assert_eq!(floor, ["heat_floor_samples                        3.000"]);
+    assert!(!text.contains("900001"), "{text}");
+    let with_rows = stdout(d.ctl().args(["stats", "--pids"]));
+    assert!(with_rows.contains("900001"), "{with_rows}");
+}
+
+#[test]
 fn config_set_takes_one_value_not_a_document() {
     let d = Daemon::start(&[]);
     for value in [
