@@ -437,7 +437,10 @@ fn stats_shows_the_heat_floor_and_leaves_process_rows_to_pids() {
         if v["heat_floor_samples"] == 3.0 && v["pids"][0]["tracked_pages"] == 11 {
             break;
         }
-        assert!(Instant::now() < deadline, "no floor of 3 over 11 pages: {v:#}");
+        assert!(
+            Instant::now() < deadline,
+            "no floor of 3 over 11 pages: {v:#}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let text = stdout(d.ctl().arg("stats"));
