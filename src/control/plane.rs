@@ -187,7 +187,8 @@ impl ControlPlane {
         // One pass over the table for the per-process page figures (and one pid's pages). With
         // no process rows and no ranges asked for (`top` with limit 0: counters and gauges
         // only) there is nothing to show them in, and the pass, which reads every slot (seconds
-        // in the rig's TCG guest, where pghotctl ran it between rounds), is skipped.
+        // in the rig's TCG guest, where pghotctl ran it between rounds), is skipped; processes
+        // known only from the table then go uncounted in `pids_omitted`.
         let mut pages: HashMap<u32, (u64, u64, u64)> = HashMap::new();
         let mut range_pages: Vec<(u64, f64, NodeId)> = Vec::new();
         let walk = limit > 0 || ranges_of.is_some();

@@ -254,8 +254,8 @@ fn status(cli: &Cli) -> anyhow::Result<()> {
     }
     let s: StatusReport = serde_json::from_value(v)?;
     print_status(&s)?;
-    // The damon figure is an extra: a daemon that cannot answer `stats` still had its status
-    // shown, and the command succeeds on that.
+    // The damon figure is an extra: a daemon that cannot answer the counters request still
+    // had its status shown, and the command succeeds on that.
     if let Ok(snap) = client.call::<Snapshot>(&COUNTERS_ONLY) {
         let regions = snap.counter("damon_accessed_regions");
         let pages = snap.counter("damon_accessed_region_pages");
