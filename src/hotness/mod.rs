@@ -269,8 +269,9 @@ impl HotTable {
         if floor != u32::MAX || self.floor().drawn() == 0 {
             self.store_floor(share::DrawnFloor::new(floor, now));
         }
-        if floor != u32::MAX && floor != 0 {
-            slices.floors.push(share::DrawnFloor::new(floor, now));
+        let drawn = share::DrawnFloor::new(floor, now);
+        if drawn.ranks() {
+            slices.floors.push(drawn);
         }
         if let Some(lowest) = slices.floors.lowest(now, halflife) {
             self.demote_floor.store(lowest.bits(), Ordering::Relaxed);
@@ -293,7 +294,7 @@ impl HotTable {
     pub fn take_fallen(&self, nodes: &[NodeId]) -> Vec<PageKey> {
         let pct = self.demote_below_floor_pct.load(Ordering::Relaxed);
         let floor = share::DrawnFloor::from_bits(self.demote_floor.load(Ordering::Relaxed));
-        if pct == 0 || floor.drawn() == 0 || floor.drawn() == u32::MAX {
+        if pct == 0 || !floor.ranks() {
             return Vec::new();
         }
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
@@ -345,7 +346,7 @@ impl HotTable {
     /// while `hot_share_pct` is off or there is no heat to rank yet.
     pub fn heat_floor_standing(&self) -> Option<f64> {
         let floor = self.floor();
-        if floor.drawn() == 0 || floor.drawn() == u32::MAX {
+        if !floor.ranks() {
             return None;
         }
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);

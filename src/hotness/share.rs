@@ -68,13 +68,18 @@ impl DrawnFloor {
         (self.0 >> 32) as u32
     }
 
+    /// A floor that ranks pages: neither off nor "no heat to rank yet".
+    pub(crate) fn ranks(self) -> bool {
+        self.drawn() != 0 && self.drawn() != u32::MAX
+    }
+
     /// The floor at `now_ms`: halved at each epoch boundary since it was drawn, as every heat
     /// it was drawn from is (a page's heat halves at the boundary, the floor would otherwise
     /// wait up to 5 s for the next pass, and for those seconds stand at twice the heats: r24c
     /// moved back 7 % of the hot set at once). Off and "no heat yet" stay what they are.
     pub(crate) fn at(self, now_ms: u32, halflife_ms: u32) -> u32 {
         let floor = self.drawn();
-        if floor == 0 || floor == u32::MAX {
+        if !self.ranks() {
             return floor;
         }
         // The floor decays as a heat last updated when it was drawn.
@@ -100,7 +105,7 @@ pub(crate) struct RecentFloors {
 }
 
 impl RecentFloors {
-    /// Adds a draw (a real floor: neither off nor "no heat yet").
+    /// Adds a draw (one that [`ranks`](DrawnFloor::ranks)).
     pub(crate) fn push(&mut self, floor: DrawnFloor) {
         if self.drawn.len() == DEMOTE_FLOOR_DRAWS {
             self.drawn.pop_front();
