@@ -281,7 +281,8 @@ impl Writer {
                 "gauge",
                 "",
                 "heat in samples a page needs to be promoted under hot_share_pct (halves every \
-                 heat_halflife_ms); absent while hot_share_pct is off or nothing is ranked yet",
+                 heat_halflife_ms; of the pages at its whole count, the share its fraction \
+                 leaves pass); absent while hot_share_pct is off or nothing is ranked yet",
             );
             self.sample("pghotd_heat_floor", &[], format!("{floor:.3}"));
         }

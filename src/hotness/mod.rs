@@ -246,7 +246,8 @@ impl HotTable {
         for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
             let shard = shard.lock();
             for e in shard.iter() {
-                read.add(decayed(e.heat, e.last_ms, now, halflife));
+                let heat = decayed(e.heat, e.last_ms, now, halflife);
+                read.add(share::rank(heat, mix(e.key().raw())), heat);
             }
         }
         slices.latest[slice] = Some((now, read));
@@ -308,8 +309,8 @@ impl HotTable {
                 let (lock, hash) = self.shard_of(key);
                 let shard = lock.lock();
                 let e = shard.get(key, hash)?;
-                (e.is_promoted() && e.node == node)
-                    .then(|| u64::from(decayed(e.heat, e.last_ms, now, halflife)) * 100 < bar)
+                let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
+                (e.is_promoted() && e.node == node).then(|| u64::from(rank) * 100 < bar)
             }));
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
@@ -478,7 +479,7 @@ impl HotTable {
             AccessOp::Store => e.stores = e.stores.saturating_add(1),
         }
         let candidate = u32::from(e.count) >= threshold
-            && e.heat >= floor.at(now, halflife)
+            && share::rank(e.heat, hash) >= floor.at(now, halflife)
             && e.flags & FLAG_QUEUED == 0;
         if candidate {
             e.flags |= FLAG_QUEUED;
@@ -724,8 +725,12 @@ mod tests {
         assert_eq!(t.record(&access(1, 500, 0)), Recorded::Tracked);
         assert_eq!(t.record(&access(1, 500, 1)), Recorded::Tracked);
         // By hand: pages 1..=10 take 20 samples each (200) and pages 100..=189 one each (90),
-        // with page 500's 2: 80 % of 292 is 233.6, past the hot pages' 200, so the floor falls to the one-sample
-        // pages' bucket and nothing is held back yet.
+        // with page 500's 2: 80 % of 292 is 233.6, past the hot pages' 200 and page 500's 2,
+        // so the floor falls among the one-sample pages' ranks (1 sample and under one more:
+        // where among them is their keys' hashes), and a second sample meets it.
+        let among_one_sample_pages = |floor: Option<f64>| {
+            assert!(floor.is_some_and(|f| (1.0..2.0).contains(&f)), "{floor:?}");
+        };
         for page in 1..=10 {
             (0..20).for_each(|k| _ = t.record(&access(1, page, k)));
         }
@@ -733,26 +738,29 @@ mod tests {
             t.record(&access(1, page, 30));
         }
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(1.0));
+        among_one_sample_pages(t.heat_floor());
         // 90 more pages of one sample (180 in all): 80 % of 382 is 305.6; the hot pages hold
-        // 200 and page 500 2, the floor is again one sample.
+        // 200 and page 500 2, the floor is again among the one-sample pages.
         for page in 200..290 {
             t.record(&access(1, page, 40));
         }
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(1.0));
+        among_one_sample_pages(t.heat_floor());
         // Each hot page now takes 80 more (100 each, 1,000 in all, of 1,182): 80 % is 945.6, so
-        // the floor is the hot pages' bucket: 100 samples = 25,600 = 0b110_0100 << 8, top 4
-        // bits 1100 -> 12 << 11 = 24,576 = 96 samples.
+        // the floor is in the hot pages' bucket: 100 samples = 25,600 = 0b110_0100 << 8, top
+        // 4 bits 1100 -> 12 << 11 = 24,576 = 96 samples, up to 104 (2,048 wide); 945.6 of its
+        // 1,000 down from its top: 24,576 + 2,048 * 0.0544 = 24,687.4 = 96.43 samples.
         for page in 1..=10 {
             (0..80).for_each(|k| _ = t.record(&access(1, page, 50 + k)));
         }
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(96.0));
+        assert_eq!(t.heat_floor(), Some(24_687.0 / 256.0));
         // A one-sample page's second sample meets the threshold but not the floor.
         assert_eq!(t.record(&access(1, 100, 200)), Recorded::Tracked);
-        // The hot pages are promoted and keep their heat from top-tier samples: the floor
-        // stays, so the pages left on the lower tier are not promoted for being what is left.
+        // The hot pages are promoted and keep their heat from top-tier samples (one each: 101,
+        // 1,010 of 1,193 with page 100's second): the floor stays in their bucket, 954.4 of
+        // 1,010 down from its top (24,576 + 2,048 * 0.05505 = 24,688.7), so the pages left on
+        // the lower tier are not promoted for being what is left.
         for page in 1..=10 {
             t.mark_promoted_by_us(access(1, page, 0).key, 0);
             t.touch(&Access {
@@ -761,7 +769,7 @@ mod tests {
             });
         }
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(96.0));
+        assert_eq!(t.heat_floor(), Some(24_688.0 / 256.0));
         assert_eq!(t.record(&access(1, 101, 400)), Recorded::Tracked);
         // Off: a one-sample page is a candidate at its next sample.
         t.set_policy(HotnessConfig {
@@ -797,8 +805,9 @@ mod tests {
         // By hand: pages 1..=10 take 100 samples each (1,000); promoted by us, page 20 (3
         // samples) to node 0 before the setting was on (the table's walk finds it), page 21
         // (60) to node 0 and page 22 (3) to node 1 after; page 23 (3) was promoted to node 0
-        // by someone else. 80 % of 1,069 is 855.2, inside the 100-sample pages: 100 =
-        // 0b110_0100, top 4 bits 1100 -> 96 samples; half of it is 48.
+        // by someone else. 80 % of 1,069 is 855.2, inside the 100-sample pages' 1,000: 100 =
+        // 0b110_0100, top 4 bits 1100 -> a bucket from 96 samples to 104, 855.2 of its 1,000
+        // down from its top: 96 + 8 * 0.1448 = 97.16 (24,872 in fixed point); half is 48.58.
         (1..=10).for_each(|page| sampled(page, 100, 2));
         sampled(20, 3, 2);
         t.mark_promoted_by_us(key(20), 0);
@@ -813,8 +822,8 @@ mod tests {
         sampled(23, 3, 2);
         t.mark_promoted(key(23), 0);
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(96.0));
-        // Node 0's migrator gets page 20 (page 21 is above 48, page 23 is not ours), node
+        assert_eq!(t.heat_floor(), Some(24_872.0 / 256.0));
+        // Node 0's migrator gets page 20 (page 21 is above 48.58, page 23 is not ours), node
         // 1's page 22; until they move, each re-check finds them again.
         assert_eq!(t.take_fallen(&[0]), vec![key(20)]);
         assert_eq!(t.take_fallen(&[1]), vec![key(22)]);
@@ -850,25 +859,56 @@ mod tests {
         let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
         let page21 = access(1, 21, 0).key;
         // By hand: pages 1..=10 take 100 samples (1,000), page 21 60, ours on node 0. 80 % of
-        // 1,060 is 848, inside the 100-sample pages: floor 96 (as above), half of it 48.
+        // 1,060 is 848, inside the 100-sample pages' bucket (96 to 104, as above), 848 of its
+        // 1,000 down from its top: 96 + 8 * 0.152 = 97.22 (24,887); half of it is 48.6.
         (1..=10).for_each(|page| sampled(page, 100));
         sampled(21, 60);
         t.mark_promoted_by_us(page21, 0);
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(96.0));
+        assert_eq!(t.heat_floor(), Some(24_887.0 / 256.0));
         assert_eq!(t.take_fallen(&[0]), vec![]);
-        // The hot pages take 60 more (160 each; 80 % of 1,660 is 1,328): the floor is 160 =
-        // 0b1010_0000, its own bucket's lower bound, and half of it is 80, over page 21's 60.
+        // The hot pages take 60 more (160 each; 80 % of 1,660 is 1,328): 160 = 0b1010_0000,
+        // a bucket from 160 to 176 samples, 1,328 of its 1,600 down from its top: 160 + 16 *
+        // 0.17 = 162.72 (41,656); half of it is 81.4, over page 21's 60.
         // Promotion reads the new floor at once; moving back waits until every floor of the
         // last DEMOTE_FLOOR_DRAWS draws is that high.
         (1..=10).for_each(|page| sampled(page, 60));
         for _ in 1..share::DEMOTE_FLOOR_DRAWS {
             t.set_recorded_rate(1.0);
-            assert_eq!(t.heat_floor(), Some(160.0));
+            assert_eq!(t.heat_floor(), Some(41_656.0 / 256.0));
             assert_eq!(t.take_fallen(&[0]), vec![], "the 96 floor is recent");
         }
         t.set_recorded_rate(1.0);
         assert_eq!(t.take_fallen(&[0]), vec![page21]);
+    }
+
+    #[test]
+    fn pages_at_the_floor_s_sample_count_pass_in_the_share_s_proportion() {
+        // 4 shards, 4 slices: 4 passes read every page. Heat is the sample count (an hour's
+        // half-life), threshold 3, a 50 % share. By hand: 1,000 pages of 3 samples (3,000) and
+        // 1,000 of 2 (2,000): half of 5,000 is 2,500, 5/6 of the 3-sample pages' heat. Their
+        // ranks (3 samples and a part of one fixed by the key) spread evenly over 3 to 4, so
+        // the floor is about 3 1/6 and the 2-sample pages, at their third sample, pass in
+        // about 5 of 6 (833; the keys' parts are a hash: 4 standard deviations either side).
+        // With the floor on its bucket's lower bound (3 samples) all 1,000 passed.
+        let t = HotTable::new(
+            1 << 12,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 50,
+                ..policy(3, 3_600_000)
+            },
+        );
+        let sampled = |page, n| (0..n).map(|k| t.record(&access(1, page, k))).last();
+        (0..1000).for_each(|page| _ = sampled(page, 3));
+        (1000..2000).for_each(|page| _ = sampled(page, 2));
+        (0..4).for_each(|_| t.set_recorded_rate(1.0));
+        let floor = t.heat_floor().unwrap();
+        assert!((3.0..3.25).contains(&floor), "{floor}");
+        let passed = (1000..2000)
+            .filter(|&page| t.record(&access(1, page, 10)) == Recorded::Candidate)
+            .count();
+        assert!((786..=880).contains(&passed), "{passed} of 1,000");
     }
 
     /// Pages 1..=200 take 50 samples each from `at_ms` on, `cold` pages one each at
@@ -902,51 +942,67 @@ mod tests {
         // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
         // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (and so in
         // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
-        // 500 cold of 500), so the floor is their bucket's lower bound: 50 samples = 12,800
-        // = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples.
+        // 500 cold of 500), so the floor is in their bucket: 50 samples = 12,800 = 0b11001 <<
+        // 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples, up to 52 (how far into it
+        // depends on how many hot and cold pages the recent slices hold).
         hot_and_cold_swept(&t, 2000, 0);
-        assert_eq!(t.heat_floor(), Some(48.0));
+        let floor = t.heat_floor().unwrap();
+        assert!((48.0..52.0).contains(&floor), "{floor}");
         // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
-        // 0b11001 << 8, so 12 << 9 = 6,144 = 24 samples. The slice this pass reads holds the
-        // decayed heats; the 3 other recent ones are shifted down an octave, which must agree.
+        // 0b11001 << 8, so the bucket 12 << 9 = 6,144 = 24 samples up to 26, where their
+        // ranks (25 and under one more) are. The slice this pass reads holds the decayed heats;
+        // the 3 other recent ones are shifted down an octave, which must agree: left where
+        // they were, they would hold 3/4 of the heat in the 48-sample bucket.
         t.record(&access(1, 5000, 60_500));
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(24.0));
+        let floor = t.heat_floor().unwrap();
+        assert!((24.0..26.0).contains(&floor), "{floor}");
     }
 
     #[test]
     fn the_floor_decays_in_the_same_steps_as_the_heat_it_ranks() {
         let t = sliced_share_table();
         // 200 pages of 50 samples and 500 of one at 50 s of sample time: 80 % of 10,500 is
-        // within the hot pages, whose bucket's lower bound is 48 samples (as above).
+        // within the hot pages, whose bucket is 48 to 52 samples (as above).
         hot_and_cold_swept(&t, 500, 50_000);
-        assert_eq!(t.heat_floor(), Some(48.0));
-        // Hot page 1 is ours on node 0; ours go back under 70 % of the floor (33.6 samples).
+        let drawn = t.heat_floor().unwrap();
+        assert!((48.0..52.0).contains(&drawn), "{drawn}");
+        // Hot page 1 is ours on node 0; ours go back under 70 % of the floor (under 36.4).
+        // Setting the policy draws the floor again, from the next slice.
         t.mark_promoted_by_us(access(1, 1, 0).key, 0);
         t.set_policy(HotnessConfig {
             demote_below_floor_pct: 70,
             ..t.policy()
         });
-        assert_eq!(t.heat_floor(), Some(48.0));
-        assert_eq!(t.heat_floor_standing(), Some(48.0));
+        let drawn = t.heat_floor().unwrap();
+        assert!((48.0..52.0).contains(&drawn), "{drawn}");
+        assert_eq!(t.heat_floor_standing(), Some(drawn));
         // 1 ms past the 60 s boundary, before the next pass, every heat has halved and the
-        // floor with them (24 samples): page 1's 25 is not under 70 % of it, and a page new
-        // since is a candidate at its 24th sample (threshold 2), not its 48th.
+        // floor with them (24 to 26 samples): page 1's 25 is not under 70 % of it, and a page
+        // new since is a candidate at its 24th to 26th sample (threshold 2; its rank is its
+        // samples and under one more), not its 48th.
         t.record(&access(1, 5000, 60_001));
-        assert_eq!(t.heat_floor(), Some(48.0), "as drawn");
-        assert_eq!(t.heat_floor_standing(), Some(24.0), "as it stands");
+        assert_eq!(t.heat_floor(), Some(drawn), "as drawn");
+        let standing = t.heat_floor_standing().unwrap();
+        assert_eq!(
+            standing,
+            (drawn * 128.0).floor() / 256.0,
+            "halved as it stands"
+        );
         assert_eq!(t.take_fallen(&[0]), vec![]);
-        let new_page: Vec<Recorded> = (0..24)
+        let new_page: Vec<Recorded> = (0..30)
             .map(|_| t.record(&access(1, 6000, 60_001)))
             .collect();
-        assert_eq!(new_page[22..], [Recorded::Tracked, Recorded::Candidate]);
-        // The next pass agrees: the hot pages hold 25, the floor is 24, though only a sixth of
-        // a half-life passed since the other recent slices were read. The 3 slices read
-        // before hold about 3/4 of the recent heat, more than the 80 % share less the fresh
-        // slice's: decayed by the time that passed (a bucket down, x 0.89), their hot pages
-        // would set the floor at 44 samples.
+        let at = new_page.iter().position(|r| *r == Recorded::Candidate);
+        assert!(at.is_some_and(|at| (23..=25).contains(&at)), "{new_page:?}");
+        // The next pass agrees: the hot pages hold 25, the floor is in their bucket (24 to 26),
+        // though only a sixth of a half-life passed since the other recent slices were read.
+        // The 3 slices read before hold about 3/4 of the recent heat, more than the 80 % share
+        // less the fresh slice's: decayed by the time that passed (a bucket down, x 0.89),
+        // their hot pages would set the floor at 44 to 48 samples.
         t.set_recorded_rate(1.0);
-        assert_eq!(t.heat_floor(), Some(24.0));
+        let floor = t.heat_floor().unwrap();
+        assert!((24.0..26.0).contains(&floor), "{floor}");
     }
 
     #[test]
@@ -964,9 +1020,11 @@ mod tests {
             })
             .collect();
         let first = floors.iter().position(Option::is_some).expect("a floor");
-        // 10 samples = 2,560 = 0b1010 << 8: lower bound 10 samples.
+        // 10 samples = 2,560 = 0b1010 << 8: the bucket from 10 samples to 11, holding every
+        // page's rank (10 and under one more); the share is 80 % of whichever pages the recent
+        // slices hold, 0.2 of the bucket up from its lower bound: 2,560 + 51.2.
         assert!(
-            floors[first..].iter().all(|f| *f == Some(10.0)),
+            floors[first..].iter().all(|f| *f == Some(2611.0 / 256.0)),
             "{floors:?}"
         );
     }

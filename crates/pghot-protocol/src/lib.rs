@@ -331,7 +331,9 @@ pub struct Snapshot {
     pub tracked_pages: u64,
     pub max_tracked_pages: u64,
     /// The heat, in samples, a page needs to be promoted under `hot_share_pct` as the floor
-    /// stands now (it halves every `heat_halflife_ms` between draws); absent while
+    /// stands now (it halves every `heat_halflife_ms` between draws); of the pages with its
+    /// whole number of samples, the share its fraction leaves passes (each page's rank adds a
+    /// fixed part of a sample to its heat); absent while
     /// `hot_share_pct` is off or no floor is drawn yet (and from daemons before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heat_floor_samples: Option<f64>,

@@ -213,7 +213,7 @@ fn without_folio_sizes_candidates_go_on_at_4_kib_and_sizing_stops() {
 /// it is. Pages 0 and 1 (base) and 20 (in the 64 KiB mTHP at 16..32) are promoted on two
 /// samples each, then pages 0 and 1 take 100 samples each on the fast node: heats 102, 102,
 /// 2, 2 samples, as in `our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory`
-/// with page 20 for page 3 (a floor of 96; 2 < 48). Page 2 moves back; page 20 would move its
+/// with page 20 for page 3 (a floor of 97.47; 2 < 48.7). Page 2 moves back; page 20 would move its
 /// whole mTHP, so it is held and counted, at each upkeep that finds it.
 #[test]
 fn a_page_under_the_floor_in_a_large_folio_is_not_moved_back() {
@@ -242,7 +242,7 @@ fn a_page_under_the_floor_in_a_large_folio_is_not_moved_back() {
         ..rig.table.policy()
     });
     (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
-    assert_eq!(rig.table.heat_floor(), Some(96.0));
+    assert_eq!(rig.table.heat_floor(), Some(24_953.0 / 256.0));
     let looked_up = calls.load(Ordering::Relaxed);
     rig.migrator.maintain();
     assert_eq!(counter(&rig, Counter::PgdemoteBelowFloor), 1);

@@ -207,8 +207,9 @@ fn demotion_is_off_by_default() {
 fn our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory() {
     // Four pages promoted on two samples each; then pages 0 and 1 take 100 samples on the
     // fast node. Heat is the sample count (an hour's half-life). By hand: 80 % of 208 is
-    // 166.4, inside the 102-sample pages: 102 = 0b110_0110, top 4 bits 1100 -> a floor of 96
-    // samples; pages 2 and 3 (2 samples) are under half of it.
+    // 166.4, inside the 102-sample pages' 204: 102 = 0b110_0110, top 4 bits 1100 -> a bucket
+    // from 96 samples to 104, 166.4 of its 204 down from its top: 96 + 8 * 0.1843 = 97.47
+    // (24,953 in fixed point); pages 2 and 3 (2 samples) are under half of it.
     for (pct, back) in [(0, 0), (50, 2)] {
         let (mut rig, _free) = rig_with_promoted(false, 4, 4);
         for page in 0..2 {
@@ -222,7 +223,7 @@ fn our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory() 
         });
         // 4 shards, so 4 slices: one sweep sets the floor, a second checks every page with it.
         (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
-        assert_eq!(rig.table.heat_floor(), Some(96.0));
+        assert_eq!(rig.table.heat_floor(), Some(24_953.0 / 256.0));
         // Paused: nothing moves.
         rig.migrator
             .paused
