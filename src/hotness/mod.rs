@@ -247,7 +247,7 @@ impl HotTable {
             let shard = shard.lock();
             for e in shard.iter() {
                 let heat = decayed(e.heat, e.last_ms, now, halflife);
-                read.add(share::rank(heat, mix(e.key().raw())), heat);
+                read.add(share::rank(heat, e.key().mixed()), heat);
             }
         }
         slices.latest[slice] = Some((now, read));
