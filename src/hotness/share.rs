@@ -27,13 +27,14 @@
 //! into it as the share needs of its heat. Pages are ranked by heat plus a fixed offset under
 //! one sample drawn from their key ([`rank`]): the heats of the pages near the floor sit on a
 //! few whole sample counts, and a floor on a bucket's lower bound admitted every page of the
-//! count it fell on, up to a level of pages more than the share (on Redis in the rig's Debian
-//! guest, pghotd placed 98-99 % of the hot set where the share asked for about 95 %, with
-//! 9-13 % over-promotion: BENCHMARKS.md, issue 18). With the offset, a page with the floor's
-//! whole count passes in the proportion the share needs: the randomised test between k and
-//! k + 1 samples that is the best rule on Poisson counts (Neyman-Pearson; the rig's `reach`,
-//! tests/vm/ibs-emu/guest/src/reach.rs, draws the frontier with it), made stable per page so
-//! that the same pages pass each time. Reading every slot of the table for it is the cost: 4.9 ms for a full 1 Mi table
+//! count it fell on, up to a level of pages more than the share (BENCHMARKS.md, issue 18,
+//! "pages at the floor's sample count", measures both on Redis in the rig's Debian guest).
+//! With the offset, pages with the floor's whole count pass in the proportion the share needs:
+//! the randomised test between k and k + 1 samples, the best rule on Poisson counts
+//! (Neyman-Pearson; the rig's `reach`, tests/vm/ibs-emu/guest/src/reach.rs, draws its frontier
+//! with it), made stable per page so that the same pages pass each time.
+//!
+//! Reading every slot of the table for the histogram is the cost: 4.9 ms for a full 1 Mi table
 //! natively (`cargo bench --bench ingest`), but about 4 s in the rig's TCG guest, whose
 //! modelled memory makes each cache miss cost microseconds, so one pass per 5 s of sample time
 //! took most of a vCPU there. So each pass reads one of up to [`SLICES`] slices of the shards
@@ -104,10 +105,9 @@ pub const DEMOTE_FLOOR_DRAWS: usize = 4;
 /// Why: each draw reads a different slice, a different quarter of the pages, and (before
 /// ranks, above) put the floor on a bucket's lower bound, so from one draw to the next the
 /// floor stepped up or down a bucket (9-25 %) while the pages' heats sit on a few sample-count
-/// levels. A step up put a
-/// whole level of hot pages under `demote_below_floor_pct` at once: every Redis pass at 85 %
-/// lost 3-6 points of the hot set in one round and took 6-10 rounds to win them back
-/// (BENCHMARKS.md, issue 18). Promotion still reads the latest draw.
+/// levels. A step up put a whole level of hot pages under `demote_below_floor_pct` at once:
+/// every Redis pass at 85 % lost 3-6 points of the hot set in one round and took 6-10 rounds
+/// to win them back (BENCHMARKS.md, issue 18). Promotion still reads the latest draw.
 #[derive(Debug, Default)]
 pub(crate) struct RecentFloors {
     drawn: std::collections::VecDeque<DrawnFloor>,
