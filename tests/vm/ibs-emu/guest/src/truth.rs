@@ -152,6 +152,10 @@ pub struct Truth {
     /// Per snapshot: the hot pages on a top-tier node, % of the hot set.
     pub hot_fast_pct: Vec<f64>,
     pub hot_slow_at_start: usize,
+    /// Accesses to the program's pages that were not on a lower-tier node at the start (on a
+    /// top tier, or mapped later): a promoter that tracks only pages it saw on a lower tier
+    /// (pghotd's `hot_share_pct`) ranks against a total without them.
+    pub not_slow_at_start_accesses: u64,
     /// Pages on a lower-tier node in the first snapshot and a top-tier one in the last.
     pub promoted: usize,
     pub promoted_hot: usize,
@@ -263,6 +267,7 @@ pub fn compute(
         .collect();
     left_hot.sort_unstable();
     let contest = contest(&per_page, &hot, &where_first);
+    let slow_at_start_accesses: u64 = contest.hot.iter().chain(&contest.other).sum();
     let not_hot = || promoted.iter().filter(|v| !hot.contains(v));
     let promoted_warm = not_hot().filter(|v| warm.contains(v)).count();
     let mut untouched: Vec<u64> = not_hot().filter(|v| per_page[v] == 0).copied().collect();
@@ -279,6 +284,7 @@ pub fn compute(
             .iter()
             .filter(|v| where_first.get(v) == Some(&false))
             .count(),
+        not_slow_at_start_accesses: accesses - slow_at_start_accesses,
         promoted: promoted.len(),
         promoted_hot,
         over_promotion_pct: 100.0 * (promoted.len() - promoted_hot) as f64 / hot.len() as f64,
@@ -504,13 +510,14 @@ pub fn report(snap_paths: &[String]) -> Res<()> {
             .map(|p| format!("{p:.1}"))
             .collect();
     println!(
-        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_file_pages\":{file_pages},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"first_sample_series\":[{}],\"left_hot\":{left}}}",
+        "PGIBS-GROUND {{\"pages\":{},\"accesses\":{},\"hot_pages\":{},\"hot_mb\":{:.1},\"hot_share_pct\":{:.1},\"hot_slow_at_start\":{},\"not_slow_at_start_accesses\":{},\"hot_fast_pct\":{:.1},\"hot_fast_pct_series\":[{}],\"promoted_pages\":{},\"promoted_hot_pages\":{},\"over_promotion_pct\":{:.1},\"warm_pages\":{},\"promoted_warm_pages\":{},\"promoted_untouched_pages\":{},\"untouched_examples\":[{}],\"app_fast_accesses\":{},\"app_slow_accesses\":{},\"app_modelled_mem_ms\":{:.1},\"shared_pages\":{},\"shared_file_pages\":{file_pages},\"shared_accesses\":{},\"sample_interval\":{interval},\"reach\":[{}],\"first_sample_series\":[{}],\"left_hot\":{left}}}",
         t.pages,
         t.accesses,
         t.hot_pages,
         t.hot_pages as f64 * 4.0 / 1024.0,
         t.hot_share_pct,
         t.hot_slow_at_start,
+        t.not_slow_at_start_accesses,
         t.hot_fast_pct.last().copied().unwrap_or(0.0),
         series.join(","),
         t.promoted,
@@ -556,6 +563,7 @@ mod tests {
         assert_eq!(t.hot_share_pct, 80.0);
         assert_eq!(t.hot_fast_pct, vec![0.0, 50.0]);
         assert_eq!(t.hot_slow_at_start, 2);
+        assert_eq!(t.not_slow_at_start_accesses, 0);
         assert_eq!((t.promoted, t.promoted_hot), (2, 1));
         assert_eq!(t.over_promotion_pct, 50.0);
         // B, hot, stays on its slow frame 101 with its 30 accesses.
@@ -586,6 +594,24 @@ mod tests {
         assert_eq!((t.promoted, t.promoted_hot), (1, 0));
         assert_eq!(t.over_promotion_pct, 100.0);
         assert_eq!((t.promoted_warm, t.promoted_untouched), (0, 1));
+    }
+
+    /// By hand: A (vpn 1) sits on fast frame 10 from the start with 50 accesses, B and C on
+    /// slow frames 100 and 101 with 30 and 20: 50 of the 100 accesses were never on the slow
+    /// tier. The hot set (80: A and B) holds one page placed for free.
+    #[test]
+    fn accesses_to_pages_never_on_the_slow_tier_are_counted_apart() {
+        let start = vec![(1, 10), (2, 100), (3, 101)];
+        let counts = vec![(10, 50), (100, 30), (101, 20)];
+        let t = compute(
+            &[counts],
+            &[start.clone(), start],
+            |pfn| pfn < 100,
+            &HashSet::new(),
+        )
+        .unwrap();
+        assert_eq!((t.accesses, t.not_slow_at_start_accesses), (100, 50));
+        assert_eq!((t.hot_pages, t.hot_slow_at_start), (2, 1));
     }
 
     /// By hand: A (vpn 1, 60 accesses on slow frame 100) is libc's, shared; B (vpn 2, 30)
