@@ -899,9 +899,9 @@ mod tests {
                 ..policy(3, 3_600_000)
             },
         );
-        let sampled = |page, n| (0..n).map(|k| t.record(&access(1, page, k))).last();
-        (0..1000).for_each(|page| _ = sampled(page, 3));
-        (1000..2000).for_each(|page| _ = sampled(page, 2));
+        let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
+        (0..1000).for_each(|page| sampled(page, 3));
+        (1000..2000).for_each(|page| sampled(page, 2));
         (0..4).for_each(|_| t.set_recorded_rate(1.0));
         let floor = t.heat_floor().unwrap();
         assert!((3.0..3.25).contains(&floor), "{floor}");
