@@ -83,9 +83,9 @@ fast_tier_fill() {
 		done
 		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries; now $free MB free; watermarks MB $(node_watermarks_mb "$n")"
 	done
-	# Whether reclaim on a full fast node may demote to the slow one (off: it frees page cache
-	# only, as the guest has no swap). Documentation/ABI/testing/sysfs-kernel-mm-numa.
-	info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2> /dev/null)"
+	# Whether reclaim on a full fast node may demote to the slow one, and whether it may swap
+	# (neither: it frees page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.
+	info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2> /dev/null) $(grep '^SwapTotal:' /proc/meminfo | tr -s ' ')"
 }
 fast_tier_empty() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
