@@ -485,6 +485,9 @@ free1=$(fast_free_mb)
 fast_tier_empty
 read -r fast1 slow1 <<< "$(node_mb "$app_pid")"
 delta() { awk -v n="$1" -v b="$(printf '%s\n' "$vm_before" | awk -v n="$1" '$1 == n { print $2 }')" '$1 == n { print $2 - b }' /proc/vmstat; }
+# Where the promoted pages' room came from: reclaim by kswapd or the allocating task (page cache
+# here, or demotion when enabled), against the promotions and compaction's migrations.
+info "vmstat over the phase: $(for k in pgpromote_success pgmigrate_success compact_migrate_scanned pgsteal_kswapd pgsteal_direct pgsteal_file pgsteal_anon pgdemote_kswapd pgdemote_direct; do printf '%s=%s ' "$k" "$(delta "$k")"; done)"
 # The last half of the rounds: the program's speed once the promoter had its chance.
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
