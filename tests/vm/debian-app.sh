@@ -52,18 +52,19 @@ node_mb() {
 # node_free_mb N: MB free on node N; fast_free_mb: on the fast nodes (0 and 1) together.
 node_free_mb() { awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$1/meminfo"; }
 fast_free_mb() { echo $(($(node_free_mb 0) + $(node_free_mb 1))); }
-# fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
-# reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
-# per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
-# meets the same full fast tier, as on a server whose DRAM holds other work. fast_tier_empty
-# gives it back.
 # node_watermarks_mb N: "min low high promo" of node N's zones together, MB (/proc/zoneinfo;
-# promo is the watermark kswapd reclaims up to in NUMA balancing's tiering mode, 6.1 and later).
+# promo is the watermark kswapd reclaims up to in NUMA balancing's tiering mode,
+# mm/vmscan.c `pgdat_balanced`).
 node_watermarks_mb() {
 	awk -v node="$1" '$1 == "Node" { on = ($2 == node ",") }
 		on && $1 ~ /^(min|low|high|promo)$/ && NF == 2 { w[$1] += $2 }
 		END { printf "%.1f %.1f %.1f %.1f", w["min"] / 256, w["low"] / 256, w["high"] / 256, w["promo"] / 256 }' /proc/zoneinfo
 }
+# fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
+# reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
+# per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
+# meets the same full fast tier, as on a server whose DRAM holds other work. fast_tier_empty
+# gives it back.
 hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/nr_hugepages"; }
 # Reserving the pages makes the kernel reclaim and compact to find them, which frees more (page
 # cache, pages it drops while compacting): one reservation sized from the free memory before it
@@ -84,7 +85,7 @@ fast_tier_fill() {
 		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries; now $free MB free; watermarks MB $(node_watermarks_mb "$n")"
 	done
 	# Whether reclaim on a full fast node may demote to the slow one, and whether it may swap
-	# (neither: it frees page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.
+	# (with neither it can free page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.
 	info "demotion_enabled=$(cat /sys/kernel/mm/numa/demotion_enabled 2> /dev/null) $(grep '^SwapTotal:' /proc/meminfo | tr -s ' ')"
 }
 fast_tier_empty() {
