@@ -455,6 +455,11 @@ ticks1=$(thread_ticks "$promoter_pid")
 threads=$(thread_cpu "$ticks0" "$ticks1")
 threads_sys=$(thread_cpu "$ticks0" "$ticks1" sys)
 info "promoter threads in the phase (CPU s): ${threads:-none}; of it in the kernel: ${threads_sys:-none}"
+# Where the promoter's own memory sits: on a full fast tier its allocations fall to node2 too,
+# and there the modelled slow tier makes its table's misses slow.
+case $scenario in
+pghotd-*) info "promoter memory (fast/slow MB): $(node_mb "$promoter_pid" | tr ' ' /)" ;;
+esac
 case $scenario in
 # pghotd's own account (every non-zero counter), for reading the figures against.
 pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
