@@ -23,7 +23,8 @@
 //!   atomic add per sample on a random word of a table-sized array (misses overlapped), and a
 //!   pointer chase through the same amount of memory (one miss's full latency). A last line
 //!   measures what a candidate `try_send` costs when it has to wake the parked receiver, and
-//!   another what one `hot_share_pct` heat-floor pass (one slice) of a full 1 Mi table takes.
+//!   another what one `hot_share_pct` heat-floor pass (one slice) of a 1 Mi table takes, full
+//!   and holding 64 Ki pages (a sixteenth; Redis in the Debian rig touches 57,000).
 //!
 //! Every table is pre-filled with each page once and then warmed up with one untimed pass of
 //! the samples, so the timed runs see the steady state. Samples are generated before timing
@@ -861,9 +862,10 @@ fn main() {
     );
     println!(
         "hot_share_pct: one heat-floor pass (once per 5 s of sample time; one of {} slices) \
-         of a full 1Mi table takes {:.2} ms",
+         of a 1Mi table takes {:.3} ms full, {:.3} ms holding 64Ki pages",
         pghotd::hotness::share::SLICES,
-        floor::heat_floor_pass_ms(TRACKED)
+        floor::heat_floor_pass_ms(TRACKED, TRACKED),
+        floor::heat_floor_pass_ms(TRACKED, TRACKED / 16)
     );
     println!(
         "resident memory of a pre-filled 1Mi table: {:.1} MiB (VmRSS growth) = {:.2} bytes per \

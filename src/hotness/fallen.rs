@@ -43,6 +43,10 @@ pub(super) struct NodeList {
     keys: Vec<PageKey>,
     /// Where the next re-check starts.
     cursor: usize,
+    /// The floor (its bits) against which a re-check last went round the whole list and found
+    /// nothing under the bar, with nothing listed since: until another floor is drawn, a
+    /// re-check would find nothing either (see [`PromotedLists::recheck`]).
+    clean_against: Option<u64>,
 }
 
 impl PromotedLists {
@@ -68,22 +72,38 @@ impl PromotedLists {
             let list = by_node.entry(node).or_default();
             if list.keys.len() < bound {
                 list.keys.push(key);
+                list.clean_against = None;
             }
         }
     }
 
-    /// Re-checks up to `max` pages listed for `node`, from where the last re-check stopped:
-    /// `still_ours(key)` is `Some(fallen)` for a page still ours on `node` (fallen: under the
-    /// bar) and `None` for one that left, which leaves the list. Returns the fallen pages.
+    /// Re-checks up to `max` pages listed for `node`, from where the last re-check stopped,
+    /// against the floor whose bits are `floor`: `still_ours(key)` is `Some(fallen)` for a
+    /// page still ours on `node` (fallen: under the bar) and `None` for one that left, which
+    /// leaves the list. Returns the fallen pages.
+    ///
+    /// Skipped when the last re-check went round the whole list against the same floor, found
+    /// nothing under it, and nothing was listed since. Between two draws of the floor a page's
+    /// heat only grows (samples) or halves at an epoch boundary, where the floor halves too, so
+    /// a page over the bar stays over it; each migrator's upkeep asks every second and a floor
+    /// is drawn once per 5 s of sample time, and in the Debian rig's TCG guest, where each
+    /// lookup's cache miss costs microseconds, the re-checks were a fifth of the migrator's
+    /// CPU (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots").
     pub(super) fn recheck(
         &mut self,
         node: NodeId,
         max: usize,
+        floor: u64,
         mut still_ours: impl FnMut(PageKey) -> Option<bool>,
     ) -> Vec<PageKey> {
         let Some(list) = self.by_node.as_mut().and_then(|m| m.get_mut(&node)) else {
             return Vec::new();
         };
+        if list.clean_against == Some(floor) {
+            return Vec::new();
+        }
+        let whole_round = max >= list.keys.len();
+        let mut left = false;
         let mut fallen = Vec::new();
         let mut i = list.cursor;
         for _ in 0..max.min(list.keys.len()) {
@@ -102,10 +122,16 @@ impl PromotedLists {
                     i += 1;
                 }
                 // The last key takes this slot and is looked at next.
-                None => _ = list.keys.swap_remove(i),
+                None => {
+                    list.keys.swap_remove(i);
+                    left = true;
+                }
             }
         }
         list.cursor = i;
+        // A page that left moved another into its slot, which may then have been looked at
+        // twice and one before it not at all: not a whole round for certain.
+        list.clean_against = (whole_round && !left && fallen.is_empty()).then_some(floor);
         fallen
     }
 
@@ -125,6 +151,9 @@ mod tests {
     fn key(page: u64) -> PageKey {
         PageKey::new(3, page << 12).unwrap()
     }
+
+    /// A floor's bits, as `take_fallen` passes them.
+    const FLOOR: u64 = 7 << 32 | 1000;
 
     #[test]
     fn off_lists_nothing_and_on_starts_from_what_is_already_promoted() {
@@ -154,15 +183,54 @@ mod tests {
             _ => Some(false),
         };
         // First chunk of 3: pages 1, 2, then 3 leaves and page 5 takes its slot.
-        assert_eq!(l.recheck(0, 3, state), vec![key(2)]);
+        assert_eq!(l.recheck(0, 3, FLOOR, state), vec![key(2)]);
         assert_eq!(l.listed(0), 4);
         // The list is now 1, 2, 5, 4; the next chunk starts at page 5's slot: 5, 4, then
         // round to 1.
-        assert_eq!(l.recheck(0, 3, state), vec![key(4)]);
+        assert_eq!(l.recheck(0, 3, FLOOR, state), vec![key(4)]);
         // Then 2, 5, 4.
-        assert_eq!(l.recheck(0, 3, state), vec![key(2), key(4)]);
+        assert_eq!(l.recheck(0, 3, FLOOR, state), vec![key(2), key(4)]);
         // A whole round at once (1, 2, 5, 4); another node has no list.
-        assert_eq!(l.recheck(0, 100, state), vec![key(2), key(4)]);
-        assert_eq!(l.recheck(1, 100, state), vec![]);
+        assert_eq!(l.recheck(0, 100, FLOOR, state), vec![key(2), key(4)]);
+        assert_eq!(l.recheck(1, 100, FLOOR, state), vec![]);
+    }
+
+    #[test]
+    fn a_clean_whole_round_is_not_repeated_until_the_floor_or_the_list_changes() {
+        let mut l = PromotedLists::default();
+        l.set_on(true, || (1..=3).map(|p| (0, key(p))).collect());
+        let looked = std::cell::Cell::new(0);
+        let none_under = |_: PageKey| {
+            looked.set(looked.get() + 1);
+            Some(false)
+        };
+        // A whole round under the same floor finds nothing: the next is skipped.
+        assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
+        assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
+        assert_eq!(looked.get(), 3);
+        // Another floor: a round again.
+        assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
+        assert_eq!(looked.get(), 6);
+        // A page listed since: a round again, then skipped.
+        l.note(key(4), 0, 10);
+        assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
+        assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
+        assert_eq!(looked.get(), 10);
+        // A part of the list is not a whole round: the next goes on.
+        assert_eq!(l.recheck(0, 2, FLOOR + 2, none_under), vec![]);
+        assert_eq!(l.recheck(0, 2, FLOOR + 2, none_under), vec![]);
+        assert_eq!(looked.get(), 14);
+        // A round in which a page left is not taken as whole.
+        let page_1_left = |k: PageKey| (k != key(1)).then_some(false);
+        assert_eq!(l.recheck(0, 100, FLOOR + 4, page_1_left), vec![]);
+        assert_eq!(l.listed(0), 3);
+        let before = looked.get();
+        assert_eq!(l.recheck(0, 100, FLOOR + 4, none_under), vec![]);
+        assert_eq!(looked.get(), before + 3);
+        // A round that found a page under the bar is repeated (its move may not have been
+        // made: the budget, a busy page): the page is found again.
+        let page_2_under = |k: PageKey| Some(k == key(2));
+        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
+        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
     }
 }

@@ -44,7 +44,8 @@ pub mod fallen;
 pub mod share;
 pub mod window;
 
-/// What one tracked page costs: a 24-byte [`Entry`] at the shards' 3/4 load limit.
+/// What one tracked page costs: a 24-byte [`Entry`] at the shards' 3/4 load limit. The shards'
+/// occupancy bits (one per slot) add a sixth of a byte, which the table's bound leaves out.
 pub const BYTES_PER_TRACKED_PAGE: u64 = 32;
 mod prefetch;
 mod shard;
@@ -305,13 +306,15 @@ impl HotTable {
         let mut lists = self.promoted_lists.lock();
         let mut fallen = Vec::new();
         for &node in nodes {
-            fallen.extend(lists.recheck(node, fallen::CHECK_PER_UPKEEP, |key| {
-                let (lock, hash) = self.shard_of(key);
-                let shard = lock.lock();
-                let e = shard.get(key, hash)?;
-                let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
-                (e.is_promoted() && e.node == node).then(|| u64::from(rank) * 100 < bar)
-            }));
+            fallen.extend(
+                lists.recheck(node, fallen::CHECK_PER_UPKEEP, floor.bits(), |key| {
+                    let (lock, hash) = self.shard_of(key);
+                    let shard = lock.lock();
+                    let e = shard.get(key, hash)?;
+                    let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
+                    (e.is_promoted() && e.node == node).then(|| u64::from(rank) * 100 < bar)
+                }),
+            );
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
         fallen.sort_unstable();
@@ -396,12 +399,9 @@ impl HotTable {
         self.max_tracked_pages
     }
 
-    /// Bytes the table holds for its entries (fixed at creation).
+    /// Bytes the table holds for its entries and their occupancy bits (fixed at creation).
     pub fn memory_bytes(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().slot_count() * std::mem::size_of::<Entry>())
-            .sum()
+        self.shards.iter().map(|s| s.lock().memory_bytes()).sum()
     }
 
     #[inline]

@@ -11,11 +11,26 @@
 //! buckets that is 29 to 57 bytes per tracked page depending on where the bound falls between
 //! powers of two, and 50 at the default 1 Mi pages (4096 per shard in 8192 buckets; measured by
 //! the `dashmap` rows of `benches/ingest.rs`; their time per sample was not measurably better).
+//!
+//! Beside the slots, a bit per slot says which hold an entry, so that the scans (the
+//! `hot_share_pct` heat-floor pass, the migrators' audit, `stats`) read the bits and the occupied
+//! slots rather than every slot. A table is sized for its bound and usually holds far fewer
+//! pages: Redis in the rig's Debian guest touches about 57,000 pages, a twentieth of the
+//! default 1 Mi, so a scan of every slot read mostly empty ones, and in that guest,
+//! where each cache miss costs microseconds, the heat-floor pass took most of pghotd's CPU
+//! (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots"). The bits cost
+//! 1/6 of a byte per tracked page; `fixedbitset` keeps them and walks the set ones a word at a
+//! time.
+
+use fixedbitset::FixedBitSet;
 
 use super::entry::{Entry, PageKey, decayed, mix};
 
 pub(crate) struct Shard {
     slots: Box<[Entry]>,
+    /// Bit `i` set: `slots[i]` holds an entry (its key is not 0). Kept by `insert_at`,
+    /// `evict_coldest` and `reseat`, the only writers of a key.
+    occupied: FixedBitSet,
     len: usize,
     capacity: usize,
     /// Latest sample time seen by this shard (truncated ms).
@@ -38,6 +53,7 @@ impl Shard {
         let slots = (capacity * 4).div_ceil(3).max(capacity + 1);
         Shard {
             slots: bytemuck::allocation::zeroed_slice_box(slots),
+            occupied: FixedBitSet::with_capacity(slots),
             len: 0,
             capacity,
             now_ms: 0,
@@ -50,8 +66,9 @@ impl Shard {
         self.len
     }
 
-    pub(crate) fn slot_count(&self) -> usize {
-        self.slots.len()
+    /// Bytes the shard holds: its slots and its occupancy bits.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Entry>() + self.occupied.len().div_ceil(8)
     }
 
     /// The slot array's address and length; neither changes after creation.
@@ -105,15 +122,20 @@ impl Shard {
     pub(crate) fn insert_at(&mut self, i: usize, entry: Entry) -> usize {
         debug_assert!(self.slots[i].key == 0 && self.len < self.capacity);
         self.slots[i] = entry;
+        self.occupied.insert(i);
         self.len += 1;
         i
     }
 
-    /// The occupied slots. An empty shard is not read at all: a scan of a mostly empty table
-    /// (the audit's, every second) touches no memory for it.
+    /// The occupied slots, in slot order, found from the occupancy bits: a scan reads the bits
+    /// and the entries, not the empty slots. An empty shard is not read at all.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Entry> {
-        let scanned = if self.len == 0 { 0 } else { self.slots.len() };
-        self.slots[..scanned].iter().filter(|e| e.key != 0)
+        let bits = if self.len == 0 {
+            None
+        } else {
+            Some(self.occupied.ones())
+        };
+        bits.into_iter().flatten().map(|i| &self.slots[i])
     }
 
     /// Removes the coldest entries (decayed heat at the shard's clock): 1/8 of the shard, at
@@ -142,7 +164,12 @@ impl Shard {
         // Taken before anything is removed: see `reseat`. The 3/4 load limit leaves one.
         let empty_before = self.slots.iter().position(|e| e.key == 0);
         let mut removed = 0;
-        for e in self.slots.iter_mut().filter(|e| e.key != 0) {
+        for (i, e) in self
+            .slots
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| e.key != 0)
+        {
             let b = bucket(e);
             if b < cut || (b == cut && from_cut > 0) {
                 if b == cut {
@@ -152,6 +179,7 @@ impl Shard {
                     self.counting -= 1;
                 }
                 *e = Entry::default();
+                self.occupied.set(i, false);
                 removed += 1;
             }
         }
@@ -183,11 +211,13 @@ impl Shard {
                 continue;
             }
             self.slots[i] = Entry::default();
+            self.occupied.set(i, false);
             let mut j = self.home(mix(entry.key));
             while self.slots[j].key != 0 {
                 j = (j + 1) % n;
             }
             self.slots[j] = entry;
+            self.occupied.insert(j);
         }
     }
 }
@@ -219,10 +249,48 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_32_bytes_per_tracked_page() {
+    fn memory_is_32_bytes_per_tracked_page_and_a_bit_per_slot() {
         let shard = Shard::new(3000);
-        let bytes = shard.slot_count() * std::mem::size_of::<Entry>();
+        let bytes = shard.slots.len() * std::mem::size_of::<Entry>();
         assert_eq!(bytes as u64 / 3000, super::super::BYTES_PER_TRACKED_PAGE);
+        // By hand: 3000 pages at the 3/4 load limit are 4000 slots of 24 bytes (96,000) and
+        // 4000 bits (500 bytes).
+        assert_eq!(shard.memory_bytes(), 96_500);
+    }
+
+    /// The slots a scan must find: every slot whose key is set, read without the bits.
+    fn keyed_slots(shard: &Shard) -> Vec<u64> {
+        shard
+            .slots
+            .iter()
+            .map(|e| e.key)
+            .filter(|&k| k != 0)
+            .collect()
+    }
+
+    #[test]
+    fn a_scan_finds_exactly_the_keyed_slots_through_inserts_evictions_and_reseats() {
+        let mut shard = Shard::new(200);
+        assert_eq!(shard.iter().count(), 0);
+        // Rounds of filling the shard and evicting its coldest eighth, which empties slots
+        // and moves the survivors back along their probe sequences (`reseat`).
+        let mut next = 0u64;
+        for round in 0..6 {
+            while !shard.is_full() {
+                insert(&mut shard, key(next), ((next * 7919) % 1000) as u32 + 1);
+                next += 1;
+            }
+            let scanned: Vec<u64> = shard.iter().map(|e| e.key).collect();
+            assert_eq!(scanned, keyed_slots(&shard), "round {round}, full");
+            assert!(shard.evict_coldest(1000) > 0);
+            let scanned: Vec<u64> = shard.iter().map(|e| e.key).collect();
+            assert_eq!(
+                scanned,
+                keyed_slots(&shard),
+                "round {round}, after eviction"
+            );
+            assert_eq!(scanned.len(), shard.len());
+        }
     }
 
     #[test]
