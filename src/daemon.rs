@@ -24,6 +24,7 @@ use crate::conflicts::{ConflictPolicy, Conflicts, Probe, RECHECK_EVERY};
 use crate::control::metrics::MetricsServer;
 use crate::control::server::{Access, ControlServer};
 use crate::control::{ControlError, ControlParts, ControlPlane, ReloadFrom};
+use crate::hotness::HotTable;
 use crate::ingest::Ingest;
 use crate::migrator::ratelimit::{MonotonicClock, RateLimits};
 use crate::migrator::{MigratorEvent, MigratorHandle};
@@ -39,7 +40,7 @@ use crate::scope::guard::GuardedMover;
 use crate::scope::{ProcFs, ScopeError, ScopeTracker};
 use crate::stats::{Counter, Stats, StatsSnapshot};
 use crate::stop::StopToken;
-use crate::topology::{SysfsRoot, Topology, TopologyError};
+use crate::topology::{NodeId, SysfsRoot, Topology, TopologyError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -301,7 +302,30 @@ fn build_pipeline(
         let file = crate::safefs::create_private(path).map_err(record_err)?;
         builder = builder.record_to(TraceWriter::new(BufWriter::new(file)).map_err(record_err)?);
     }
-    Ok(builder.build())
+    let pipeline = builder.build();
+    place_table(&pipeline.table, topology);
+    Ok(pipeline)
+}
+
+/// Puts the hotness table on the top tier before the first sample touches it (see
+/// [`crate::placement`]); where that fails the table is used where its pages fall.
+fn place_table(table: &HotTable, topology: &Topology) {
+    let top: Vec<NodeId> = topology
+        .nodes()
+        .iter()
+        .filter(|n| n.top_tier && n.has_memory())
+        .map(|n| n.id)
+        .collect();
+    let mib = table.memory_bytes() >> 20;
+    match table.place_on(&top) {
+        Ok(()) => {
+            tracing::info!(nodes = ?top, "hotness table: {mib} MiB allocated, preferring the top tier")
+        }
+        Err(e) => tracing::warn!(
+            nodes = ?top,
+            "hotness table: could not place its {mib} MiB on the top tier ({e}); its pages are allocated where first touched"
+        ),
+    }
 }
 
 /// The control sockets (read-write, read-only) and the metrics port, bound before any thread

@@ -28,6 +28,7 @@ pub mod migrator;
 pub mod movepages;
 pub mod pidstats;
 pub mod pipeline;
+pub mod placement;
 pub mod safefs;
 pub mod sample;
 pub mod sampler;

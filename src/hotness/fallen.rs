@@ -40,13 +40,22 @@ pub(super) struct PromotedLists {
 
 #[derive(Debug, Default)]
 pub(super) struct NodeList {
+    /// Pages found over the bar by the last whole round against `clean_against` (all pages
+    /// while there is none).
     keys: Vec<PageKey>,
-    /// Where the next re-check starts.
+    /// Pages listed since that round, and those it found under the bar: the only ones a
+    /// re-check against the same floor looks at.
+    fresh: Vec<PageKey>,
+    /// Where the next chunk of a list longer than one re-check starts.
     cursor: usize,
-    /// The floor (its bits) against which a re-check last went round the whole list and found
-    /// nothing under the bar, with nothing listed since: until another floor is drawn, a
-    /// re-check would find nothing either (see [`PromotedLists::recheck`]).
+    /// The floor (its bits) the last whole round was made against.
     clean_against: Option<u64>,
+}
+
+impl NodeList {
+    fn len(&self) -> usize {
+        self.keys.len() + self.fresh.len()
+    }
 }
 
 impl PromotedLists {
@@ -70,25 +79,25 @@ impl PromotedLists {
     pub(super) fn note(&mut self, key: PageKey, node: NodeId, bound: usize) {
         if let Some(by_node) = &mut self.by_node {
             let list = by_node.entry(node).or_default();
-            if list.keys.len() < bound {
-                list.keys.push(key);
-                list.clean_against = None;
+            if list.len() < bound {
+                list.fresh.push(key);
             }
         }
     }
 
-    /// Re-checks up to `max` pages listed for `node`, from where the last re-check stopped,
-    /// against the floor whose bits are `floor`: `still_ours(key)` is `Some(fallen)` for a
-    /// page still ours on `node` (fallen: under the bar) and `None` for one that left, which
-    /// leaves the list. Returns the fallen pages.
+    /// Re-checks pages listed for `node` against the floor whose bits are `floor`:
+    /// `still_ours(key)` is `Some(fallen)` for a page still ours on `node` (fallen: under the
+    /// bar) and `None` for one that left, which leaves the list. Returns the fallen pages.
     ///
-    /// Skipped when the last re-check went round the whole list against the same floor, found
-    /// nothing under it, and nothing was listed since. Between two draws of the floor a page's
-    /// heat only grows (samples) or halves at an epoch boundary, where the floor halves too, so
-    /// a page over the bar stays over it; each migrator's upkeep asks every second and a floor
-    /// is drawn once per 5 s of sample time, and in the Debian rig's TCG guest, where each
-    /// lookup's cache miss costs microseconds, the re-checks were a fifth of the migrator's
-    /// CPU (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots").
+    /// Against a floor not yet gone round, a round over the whole list (up to `max` pages,
+    /// from where the last stopped when the list is longer). Against the floor the last whole
+    /// round was made against, only the pages listed since and those that round found under
+    /// the bar (up to `max`): between two draws of the floor a page's heat only grows
+    /// (samples) or halves at an epoch boundary, where the floor halves too, so a page over
+    /// the bar stays over it. Each migrator's upkeep asks every second, a floor is drawn once
+    /// per 5 s of sample time, and in the Debian rig's TCG guest, where each lookup's cache
+    /// miss costs microseconds, the rounds every second were a fifth of the migrator's CPU
+    /// (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots").
     pub(super) fn recheck(
         &mut self,
         node: NodeId,
@@ -99,14 +108,40 @@ impl PromotedLists {
         let Some(list) = self.by_node.as_mut().and_then(|m| m.get_mut(&node)) else {
             return Vec::new();
         };
-        if list.clean_against == Some(floor) {
-            return Vec::new();
-        }
-        let whole_round = max >= list.keys.len();
-        let mut left = false;
         let mut fallen = Vec::new();
+        if list.clean_against == Some(floor) {
+            let looked = list.fresh.len().min(max);
+            for key in list.fresh.drain(..looked).collect::<Vec<_>>() {
+                match still_ours(key) {
+                    Some(true) => fallen.push(key),
+                    Some(false) => list.keys.push(key),
+                    None => {}
+                }
+            }
+            list.fresh.extend_from_slice(&fallen);
+            return fallen;
+        }
+        list.keys.append(&mut list.fresh);
+        if list.keys.len() <= max {
+            // A whole round: every page looked at once.
+            let mut over = Vec::with_capacity(list.keys.len());
+            for key in list.keys.drain(..) {
+                match still_ours(key) {
+                    Some(true) => fallen.push(key),
+                    Some(false) => over.push(key),
+                    None => {}
+                }
+            }
+            list.keys = over;
+            list.fresh.clone_from(&fallen);
+            list.cursor = 0;
+            list.clean_against = Some(floor);
+            return fallen;
+        }
+        // Longer than one re-check: a chunk from the cursor, and no whole round to rely on.
+        list.clean_against = None;
         let mut i = list.cursor;
-        for _ in 0..max.min(list.keys.len()) {
+        for _ in 0..max {
             if list.keys.is_empty() {
                 break;
             }
@@ -122,16 +157,10 @@ impl PromotedLists {
                     i += 1;
                 }
                 // The last key takes this slot and is looked at next.
-                None => {
-                    list.keys.swap_remove(i);
-                    left = true;
-                }
+                None => _ = list.keys.swap_remove(i),
             }
         }
         list.cursor = i;
-        // A page that left moved another into its slot, which may then have been looked at
-        // twice and one before it not at all: not a whole round for certain.
-        list.clean_against = (whole_round && !left && fallen.is_empty()).then_some(floor);
         fallen
     }
 
@@ -140,7 +169,7 @@ impl PromotedLists {
         self.by_node
             .as_ref()
             .and_then(|m| m.get(&node))
-            .map_or(0, |l| l.keys.len())
+            .map_or(0, NodeList::len)
     }
 }
 
@@ -196,41 +225,51 @@ mod tests {
     }
 
     #[test]
-    fn a_clean_whole_round_is_not_repeated_until_the_floor_or_the_list_changes() {
+    fn against_the_same_floor_only_pages_listed_since_and_those_under_are_looked_at_again() {
         let mut l = PromotedLists::default();
         l.set_on(true, || (1..=3).map(|p| (0, key(p))).collect());
-        let looked = std::cell::Cell::new(0);
-        let none_under = |_: PageKey| {
-            looked.set(looked.get() + 1);
+        let looked = std::cell::RefCell::new(Vec::new());
+        let none_under = |k: PageKey| {
+            looked.borrow_mut().push(k.vaddr() >> 12);
             Some(false)
         };
-        // A whole round under the same floor finds nothing: the next is skipped.
+        let seen = || std::mem::take(&mut *looked.borrow_mut());
+        // A whole round; against the same floor, nothing to look at again.
         assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
+        assert_eq!(seen(), [1, 2, 3]);
         assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
-        assert_eq!(looked.get(), 3);
-        // Another floor: a round again.
-        assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
-        assert_eq!(looked.get(), 6);
-        // A page listed since: a round again, then skipped.
+        assert_eq!(seen(), [0u64; 0]);
+        // A page listed since: only it, once.
         l.note(key(4), 0, 10);
+        assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
+        assert_eq!(seen(), [4]);
+        assert_eq!(l.recheck(0, 100, FLOOR, none_under), vec![]);
+        assert_eq!(seen(), [0u64; 0]);
+        assert_eq!(l.listed(0), 4);
+        // Another floor: every page again.
         assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
-        assert_eq!(l.recheck(0, 100, FLOOR + 1, none_under), vec![]);
-        assert_eq!(looked.get(), 10);
-        // A part of the list is not a whole round: the next goes on.
-        assert_eq!(l.recheck(0, 2, FLOOR + 2, none_under), vec![]);
-        assert_eq!(l.recheck(0, 2, FLOOR + 2, none_under), vec![]);
-        assert_eq!(looked.get(), 14);
-        // A round in which a page left is not taken as whole.
-        let page_1_left = |k: PageKey| (k != key(1)).then_some(false);
-        assert_eq!(l.recheck(0, 100, FLOOR + 4, page_1_left), vec![]);
+        assert_eq!(seen(), [1, 2, 3, 4]);
+        // A list longer than one re-check goes in chunks, each call one, whatever the floor.
+        assert_eq!(l.recheck(0, 3, FLOOR + 2, none_under), vec![]);
+        assert_eq!(seen(), [1, 2, 3]);
+        assert_eq!(l.recheck(0, 3, FLOOR + 2, none_under), vec![]);
+        assert_eq!(seen(), [4, 1, 2]);
+        // A page found under the bar is found again at every re-check (its move may wait for
+        // the budget) until it leaves; the pages over the bar are not looked at again.
+        let page_2_under = |k: PageKey| {
+            looked.borrow_mut().push(k.vaddr() >> 12);
+            Some(k == key(2))
+        };
+        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
+        assert_eq!(seen(), [1, 2, 3, 4]);
+        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
+        assert_eq!(seen(), [2]);
+        let page_2_left = |k: PageKey| {
+            looked.borrow_mut().push(k.vaddr() >> 12);
+            (k != key(2)).then_some(false)
+        };
+        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_left), vec![]);
+        assert_eq!(seen(), [2]);
         assert_eq!(l.listed(0), 3);
-        let before = looked.get();
-        assert_eq!(l.recheck(0, 100, FLOOR + 4, none_under), vec![]);
-        assert_eq!(looked.get(), before + 3);
-        // A round that found a page under the bar is repeated (its move may not have been
-        // made: the budget, a busy page): the page is found again.
-        let page_2_under = |k: PageKey| Some(k == key(2));
-        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
-        assert_eq!(l.recheck(0, 100, FLOOR + 3, page_2_under), vec![key(2)]);
     }
 }

@@ -399,6 +399,20 @@ impl HotTable {
         self.max_tracked_pages
     }
 
+    /// Places the shards' slots on `nodes` (preferred, not bound) and allocates them now: see
+    /// [`placement`](crate::placement). The occupancy bits (a 200th of the slots) are left where
+    /// they fall.
+    pub fn place_on(&self, nodes: &[NodeId]) -> Result<(), nix::errno::Errno> {
+        for &(base, slots) in self.slot_arrays.iter() {
+            crate::placement::prefer_and_populate(
+                base,
+                slots * std::mem::size_of::<Entry>(),
+                nodes,
+            )?;
+        }
+        Ok(())
+    }
+
     /// Bytes the table holds for its entries and their occupancy bits (fixed at creation).
     pub fn memory_bytes(&self) -> usize {
         self.shards.iter().map(|s| s.lock().memory_bytes()).sum()

@@ -405,11 +405,14 @@ info "task channel: $(cat "$work/taskchan.out")"
 [ "$(ctl "SLOW_NS $RIG_SLOW_NS")" = OK ] || err "the plugin refused SLOW_NS $RIG_SLOW_NS"
 [ "$(ctl "FAST_NS $RIG_FAST_NS")" = OK ] || err "the plugin refused FAST_NS $RIG_FAST_NS"
 info "plugin armed: $(ctl STATS)"
+# The promoter starts before the fill, as a service starts at boot before the workloads that
+# fill DRAM: pghotd places its table on the fast tier at start (src/placement.rs), which it
+# could not do with the fast nodes already full.
+promoter_start
 fast_tier_fill
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
 free0=$(fast_free_mb)
-promoter_start
 ctl RESET > /dev/null || err "the plugin's RESET failed"
 snap 0
 ticks0=$(thread_ticks "$promoter_pid")
