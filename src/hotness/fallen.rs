@@ -96,8 +96,9 @@ impl PromotedLists {
     /// (samples) or halves at an epoch boundary, where the floor halves too, so a page over
     /// the bar stays over it. Each migrator's upkeep asks every second, a floor is drawn once
     /// per 5 s of sample time, and in the Debian rig's TCG guest, where each lookup's cache
-    /// miss costs microseconds, the rounds every second were a fifth of the migrator's CPU
-    /// (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots").
+    /// miss costs microseconds, the rounds every second were 6.5 % of pghotd's and the relay's
+    /// profile samples (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied
+    /// slots", t29a).
     pub(super) fn recheck(
         &mut self,
         node: NodeId,
@@ -111,7 +112,7 @@ impl PromotedLists {
         let mut fallen = Vec::new();
         if list.clean_against == Some(floor) {
             let looked = list.fresh.len().min(max);
-            for key in list.fresh.drain(..looked).collect::<Vec<_>>() {
+            for key in list.fresh.drain(..looked) {
                 match still_ours(key) {
                     Some(true) => fallen.push(key),
                     Some(false) => list.keys.push(key),

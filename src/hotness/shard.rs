@@ -17,8 +17,8 @@
 //! slots rather than every slot. A table is sized for its bound and usually holds far fewer
 //! pages: Redis in the rig's Debian guest touches about 57,000 pages, a twentieth of the
 //! default 1 Mi, so a scan of every slot read mostly empty ones, and in that guest,
-//! where each cache miss costs microseconds, the heat-floor pass took most of pghotd's CPU
-//! (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots"). The bits cost
+//! where each cache miss costs microseconds, the heat-floor pass took most of the source
+//! thread's CPU (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots"). The bits cost
 //! 1/6 of a byte per tracked page; `fixedbitset` keeps them and walks the set ones a word at a
 //! time.
 
