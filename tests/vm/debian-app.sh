@@ -356,6 +356,13 @@ profile_report() {
 	ours=$("${r[@]}" --sort comm 2> /dev/null | awk '$2 ~ /^(pghot|pgibs)/ { print $2 }' | paste -sd, -)
 	[ -z "$ours" ] || "${r[@]}" --comms "$ours" --percentage relative --sort comm,dso,sym 2> /dev/null |
 		grep -v '^#' | grep . | head -n 60 | sed 's/^/rig: profile: ours: /'
+	# The promoter's threads alone, down to 0.2 % of them (the relay's and the rig's snapshots
+	# above take most of "ours" and hide the promoter's kernel work).
+	local promoter
+	promoter=$("${r[@]}" --sort comm 2> /dev/null | awk '$2 ~ /^pghot/ { print $2 }' | paste -sd, -)
+	[ -z "$promoter" ] || perf report -i "$work/perf.data" --stdio --symfs="$fs" --kallsyms=/proc/kallsyms \
+		--percent-limit 0.2 --comms "$promoter" --percentage relative --sort comm,dso,sym 2> /dev/null |
+		grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: promoter: /'
 }
 promoter_stop() {
 	case $scenario in
