@@ -223,6 +223,12 @@ pghotd_start() {
 	fi
 	# --pghotd-set: the lines the run asked for, the same for every app.
 	[ -z "${RIG_PGHOTD_SET:-}" ] || printf '%s\n' "$RIG_PGHOTD_SET" >> /etc/pghotd/pghotd.toml
+	# --pghotd-policy idle: a drop-in, as an administrator would change the unit's policy.
+	if [ "${RIG_PGHOTD_POLICY:-batch}" != batch ]; then
+		mkdir -p /etc/systemd/system/pghotd.service.d
+		printf '[Service]\nCPUSchedulingPolicy=%s\n' "$RIG_PGHOTD_POLICY" > /etc/systemd/system/pghotd.service.d/policy.conf
+		systemctl daemon-reload
+	fi
 	systemctl start pghotd || err "pghotd did not start"
 	promoter_pid=$(systemctl show -P MainPID pghotd)
 }
@@ -255,7 +261,7 @@ promoter_start() {
 		# do not preempt the program. (SCHED_IDLE, tried in r17b, BENCHMARKS.md "pghotd and
 		# the relay at SCHED_BATCH", spread each batch over more, shorter slices between the
 		# program's.)
-		chrt --batch 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
+		chrt "--${RIG_PGHOTD_POLICY:-batch}" 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.

@@ -67,6 +67,9 @@ Options:
                         --app: a line added to /etc/pghotd/pghotd.toml for the pghotd-*
                         scenarios (repeatable; every other setting stays at its default);
                         checked on the host with pghotd --check-config first
+  --pghotd-policy P     --app: the scheduling policy of pghotd's service and of the relay,
+                        batch (default: the unit's own) or idle (sched(7) SCHED_IDLE, a
+                        drop-in for pghotd.service and chrt --idle for the relay)
   --fast-free-mb N      --app: leave about N MB free on each fast node (0 and 1) for the
                         measured phase, the rest held by HugeTLB pages no promoter can use
                         (default: the fast nodes as booted, with most of their 1 GiB free)
@@ -119,6 +122,7 @@ hot_keys=2048
 pipeline=16
 pghotd_set=()
 fast_free_mb=
+pghotd_policy=batch
 profile=0
 repeat=1
 vcpus=2
@@ -148,6 +152,7 @@ while [ $# -gt 0 ]; do
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
+	--pghotd-policy) need_arg "$@"; pghotd_policy=$2; shift ;;
 	--profile) profile=1 ;;
 	--repeat) need_arg "$@"; repeat=$2; shift ;;
 	--vcpus) need_arg "$@"; vcpus=$2; shift ;;
@@ -161,6 +166,7 @@ while [ $# -gt 0 ]; do
 	shift
 done
 [ ${#scenarios[@]} -gt 0 ] || usage
+[[ $pghotd_policy =~ ^(batch|idle)$ ]] || { log "--pghotd-policy $pghotd_policy: batch or idle"; usage; }
 # Each scenario once a pass, in the order given (--repeat runs them again).
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
 for s in "${scenarios[@]}"; do
@@ -328,6 +334,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_PERIOD=$period"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	echo "RIG_PROFILE=$profile"
+	echo "RIG_PGHOTD_POLICY=$pghotd_policy"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
