@@ -302,19 +302,22 @@ impl HotTable {
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         // Heat and floor both at the table's clock (a quiet shard's lags), fixed point.
         let now = self.now_ms();
-        let bar = u64::from(floor.at(now, halflife)) * u64::from(pct);
+        let bar = fallen::Bar {
+            floor: floor.bits(),
+            bar: u64::from(floor.at(now, halflife)) * u64::from(pct),
+            now_ms: now,
+            halflife_ms: halflife,
+        };
         let mut lists = self.promoted_lists.lock();
         let mut fallen = Vec::new();
         for &node in nodes {
-            fallen.extend(
-                lists.recheck(node, fallen::CHECK_PER_UPKEEP, floor.bits(), |key| {
-                    let (lock, hash) = self.shard_of(key);
-                    let shard = lock.lock();
-                    let e = shard.get(key, hash)?;
-                    let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
-                    (e.is_promoted() && e.node == node).then(|| u64::from(rank) * 100 < bar)
-                }),
-            );
+            fallen.extend(lists.recheck(node, fallen::CHECK_PER_UPKEEP, bar, |key| {
+                let (lock, hash) = self.shard_of(key);
+                let shard = lock.lock();
+                let e = shard.get(key, hash)?;
+                (e.is_promoted() && e.node == node)
+                    .then(|| share::rank(decayed(e.heat, e.last_ms, now, halflife), hash))
+            }));
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
         fallen.sort_unstable();
