@@ -22,7 +22,7 @@
 //!    it moves at its size; where the split does not take, it waits for its next sample
 //!    (`pgpromote_deferred_recollapsed`).
 //! 4. Collapsed ranges ([`AdmissionGate::collapsed_ranges`], from the migrator's `maintain`
-//!    once a second): every range this gate split is looked at; one that is a PMD THP again
+//!    once per khugepaged pass, 1-60 s): every range this gate split is looked at; one that is a PMD THP again
 //!    took the hot pages promoted from it back to the slow node, so the migrator asks where
 //!    the range's pages believed fast are and tracks those on a lower tier as lower-tier
 //!    again: their next samples offer them anew, and admission splits the THP again. The
@@ -34,7 +34,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::per_folio::DecidedOn;
 use super::split::{MIN_SPLIT_ORDER, SplitDecision, SplitPlan};
@@ -42,6 +42,7 @@ use super::thp::{PAGE_SIZE, REGION_BYTES, Region, ThpError, ThpKernel};
 use super::{Admission, duplex_admits};
 use crate::hotness::candidate::Candidate;
 use crate::hotness::{HotTable, PageKey};
+use crate::migrator::audit::AUDIT_EVERY;
 use crate::migrator::folios::{Folio, one_per_folio};
 use crate::migrator::{Admit, Headroom};
 use crate::stats::{Counter, Stats};
@@ -58,10 +59,26 @@ pub struct AdmissionGate<K: ThpKernel> {
     /// Decide and count, but do not split (`dry_run`): the plan is applied to a copy.
     pub(super) dry_run: bool,
     /// Regions this gate split (verified): their 4 KiB moves are re-checked before the move,
-    /// and each is looked at once a second for a collapse ([`Admit::collapsed_ranges`]).
+    /// and each is looked at once per khugepaged pass for a collapse
+    /// ([`Admit::collapsed_ranges`], [`collapse_scan_every`]).
     split_regions: HashSet<(u32, u64)>,
     /// Regions found collapsed again since the migrator last asked.
     collapsed: Vec<(u32, u64)>,
+}
+
+/// The longest wait between two looks at the split ranges, however long khugepaged sleeps.
+const MAX_COLLAPSE_SCAN_EVERY: Duration = Duration::from_secs(60);
+
+/// How often the split ranges are looked at for a collapse: once per khugepaged pass (its
+/// pause between passes, `pause`), as a range collapses again only in a pass
+/// (mm/khugepaged.c `khugepaged_do_scan`, then `khugepaged_wait_work`), and each look is a
+/// pagemap and a kpageflags read per range; within one audit period and a minute. Looked at
+/// every second, they were 5 % of pghotd's own profile samples in the Debian rig's TCG guest
+/// (BENCHMARKS.md, issue 18, t30b). Unknown (no THP in the kernel): every audit period.
+fn collapse_scan_every(pause: Option<Duration>) -> Duration {
+    pause.map_or(AUDIT_EVERY, |p| {
+        p.clamp(AUDIT_EVERY, MAX_COLLAPSE_SCAN_EVERY)
+    })
 }
 
 impl<K: ThpKernel> AdmissionGate<K> {
@@ -547,6 +564,10 @@ impl<K: ThpKernel> Admit for AdmissionGate<K> {
         AdmissionGate::collapsed_ranges(self, scan, stats)
     }
 
+    fn collapse_scan_every(&self) -> Duration {
+        collapse_scan_every(self.kernel.khugepaged_pause())
+    }
+
     fn admit(
         &mut self,
         batch: &mut Vec<Candidate>,
@@ -645,6 +666,19 @@ pub(crate) mod tests {
         fn get(&self, c: Counter) -> u64 {
             self.stats.get(c)
         }
+    }
+
+    /// khugepaged's default pause, 10 s (mm/khugepaged.c `khugepaged_scan_sleep_millisecs`),
+    /// is the period; a shorter one waits an audit period, a longer one a minute at most;
+    /// none known, an audit period.
+    #[test]
+    fn split_ranges_are_looked_at_once_per_khugepaged_pass() {
+        let s = Duration::from_secs;
+        assert_eq!(collapse_scan_every(Some(s(10))), s(10));
+        assert_eq!(collapse_scan_every(Some(Duration::from_millis(100))), s(1));
+        assert_eq!(collapse_scan_every(Some(s(3600))), s(60));
+        assert_eq!(collapse_scan_every(None), s(1));
+        assert_eq!(AUDIT_EVERY, s(1));
     }
 
     #[test]

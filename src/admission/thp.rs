@@ -12,6 +12,7 @@ use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::split::SUBPAGES;
 use crate::migrator::folios::{Folio, FolioError, FolioMap};
@@ -167,6 +168,11 @@ pub trait ThpKernel: Send {
         }
         Ok(out)
     }
+    /// How long khugepaged sleeps between its passes, when the kernel says: ranges collapse
+    /// again at most once a pass. By default not known.
+    fn khugepaged_pause(&self) -> Option<Duration> {
+        None
+    }
     /// Whether the 2 MiB region at `start` of `pid` is one PMD THP (a range collapsed again by
     /// khugepaged after a split). By default one region read; [`SysThp`] reads one pagemap
     /// entry and one kpageflags entry.
@@ -191,7 +197,14 @@ pub struct SysThp {
     proc_root: PathBuf,
     split_path: PathBuf,
     kpageflags: Option<File>,
+    /// khugepaged's pause between passes (Documentation/admin-guide/mm/transhuge.rst,
+    /// "khugepaged will be automatically started ... scan_sleep_millisecs").
+    khugepaged_sleep: PathBuf,
 }
+
+/// khugepaged's pause between passes, in ms.
+const KHUGEPAGED_SLEEP: &str =
+    "/sys/kernel/mm/transparent_hugepage/khugepaged/scan_sleep_millisecs";
 
 impl SysThp {
     pub fn new(proc_root: impl Into<PathBuf>, split_path: impl Into<PathBuf>) -> SysThp {
@@ -199,7 +212,14 @@ impl SysThp {
             proc_root: proc_root.into(),
             split_path: split_path.into(),
             kpageflags: None,
+            khugepaged_sleep: PathBuf::from(KHUGEPAGED_SLEEP),
         }
+    }
+
+    /// Reads khugepaged's pause from `path` instead (tests).
+    pub fn with_khugepaged_sleep(mut self, path: impl Into<PathBuf>) -> SysThp {
+        self.khugepaged_sleep = path.into();
+        self
     }
 
     pub fn system() -> SysThp {
@@ -295,6 +315,13 @@ fn read_entries(file: &File, index: u64, out: &mut [u64]) -> std::io::Result<()>
 }
 
 impl ThpKernel for SysThp {
+    /// `scan_sleep_millisecs` as the kernel gives it (a regular file, a few bytes: `safefs`);
+    /// `None` when it is missing (no THP in this kernel) or not a number.
+    fn khugepaged_pause(&self) -> Option<Duration> {
+        let text = crate::safefs::read_text(&self.khugepaged_sleep, 32).ok()?;
+        text.trim().parse().ok().map(Duration::from_millis)
+    }
+
     fn region(&mut self, pid: u32, start: u64) -> Result<Region, ThpError> {
         let mut pagemap = [0u64; SUBPAGES];
         let path = self.read_pagemap(pid, start / PAGE_SIZE, &mut pagemap)?;
@@ -582,6 +609,24 @@ mod tests {
             })
             .collect();
         (entries, kpf)
+    }
+
+    /// The kernel writes the value and a newline (mm/khugepaged.c
+    /// `scan_sleep_millisecs_show`: `sysfs_emit(buf, "%u\n", ...)`); 10000 is its default
+    /// (`khugepaged_scan_sleep_millisecs`).
+    #[test]
+    fn khugepageds_pause_is_read_from_sysfs_and_absent_when_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("scan_sleep_millisecs");
+        let k = SysThp::new(dir.path(), dir.path().join("split")).with_khugepaged_sleep(&path);
+        assert_eq!(k.khugepaged_pause(), None);
+        std::fs::write(&path, "10000\n").unwrap();
+        assert_eq!(k.khugepaged_pause(), Some(Duration::from_secs(10)));
+        std::fs::write(&path, "ten\n").unwrap();
+        assert_eq!(k.khugepaged_pause(), None);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(k.khugepaged_pause(), None);
     }
 
     #[test]

@@ -41,11 +41,13 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         if !self.config.dry_run && self.admission.is_some() {
             let now = self.clock.now();
             let scan = now >= self.next_collapse_scan;
-            if scan {
-                self.next_collapse_scan = now + audit::AUDIT_EVERY;
-            }
             let ranges = match &mut self.admission {
-                Some(a) => a.collapsed_ranges(scan, &self.stats),
+                Some(a) => {
+                    if scan {
+                        self.next_collapse_scan = now + a.collapse_scan_every();
+                    }
+                    a.collapsed_ranges(scan, &self.stats)
+                }
                 None => Vec::new(),
             };
             self.requery_ranges(&ranges);

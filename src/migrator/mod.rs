@@ -122,11 +122,17 @@ pub trait Admit: Send {
     fn recheck(&mut self, _group: &mut Vec<Candidate>, _table: &HotTable, _stats: &Stats) {}
 
     /// (pid, 2 MiB start) of ranges this admission split that are one THP again (khugepaged)
-    /// since the last call; with `scan` (once a second, from `maintain`) it looks at every
-    /// range it split first. The migrator re-queries their pages believed fast. By default
-    /// none.
+    /// since the last call; with `scan` (every [`Admit::collapse_scan_every`], from
+    /// `maintain`) it looks at every range it split first. The migrator re-queries their
+    /// pages believed fast. By default none.
     fn collapsed_ranges(&mut self, _scan: bool, _stats: &Stats) -> Vec<(u32, u64)> {
         Vec::new()
+    }
+
+    /// How often `maintain` asks [`Admit::collapsed_ranges`] to scan. By default once per
+    /// audit period.
+    fn collapse_scan_every(&self) -> Duration {
+        audit::AUDIT_EVERY
     }
 }
 
