@@ -22,11 +22,12 @@
 //!    it moves at its size; where the split does not take, it waits for its next sample
 //!    (`pgpromote_deferred_recollapsed`).
 //! 4. Collapsed ranges ([`AdmissionGate::collapsed_ranges`], from the migrator's `maintain`
-//!    once per khugepaged pass, 1-60 s): every range this gate split is looked at; one that is a PMD THP again
-//!    took the hot pages promoted from it back to the slow node, so the migrator asks where
-//!    the range's pages believed fast are and tracks those on a lower tier as lower-tier
-//!    again: their next samples offer them anew, and admission splits the THP again. The
-//!    table-wide audit finds them too, but reads a sixteenth of the table a second.
+//!    once per khugepaged pass, 1-60 s): every range this gate split is looked at; one that
+//!    is a PMD THP again took the hot pages promoted from it back to the slow node, so the
+//!    migrator asks where the range's pages believed fast are and tracks those on a lower
+//!    tier as lower-tier again: their next samples offer them anew, and admission splits the
+//!    THP again. The table-wide audit finds them too, but reads a sixteenth of the table a
+//!    second.
 //!
 //! Every candidate ends in exactly one outcome counter as before; hot subfolios promoted
 //! without a candidate of their own ("riders") are counted in `thp_split_riders` and then end
@@ -73,8 +74,9 @@ const MAX_COLLAPSE_SCAN_EVERY: Duration = Duration::from_secs(60);
 /// pause between passes, `pause`), as a range collapses again only in a pass
 /// (mm/khugepaged.c `khugepaged_do_scan`, then `khugepaged_wait_work`), and each look is a
 /// pagemap and a kpageflags read per range; within one audit period and a minute. Looked at
-/// every second, they were 5 % of pghotd's own profile samples in the Debian rig's TCG guest
-/// (BENCHMARKS.md, issue 18, t30b). Unknown (no THP in the kernel): every audit period.
+/// every second, those reads were up to 4 % of pghotd's own profile samples in the Debian
+/// rig's TCG guest (BENCHMARKS.md, issue 18, "Redis beside pghotd", t30b). Unknown (no THP
+/// in the kernel): every audit period.
 fn collapse_scan_every(pause: Option<Duration>) -> Duration {
     pause.map_or(AUDIT_EVERY, |p| {
         p.clamp(AUDIT_EVERY, MAX_COLLAPSE_SCAN_EVERY)

@@ -197,8 +197,8 @@ pub struct SysThp {
     proc_root: PathBuf,
     split_path: PathBuf,
     kpageflags: Option<File>,
-    /// khugepaged's pause between passes (Documentation/admin-guide/mm/transhuge.rst,
-    /// "khugepaged will be automatically started ... scan_sleep_millisecs").
+    /// khugepaged's pause between passes, `scan_sleep_millisecs`
+    /// (Documentation/admin-guide/mm/transhuge.rst, "Khugepaged controls").
     khugepaged_sleep: PathBuf,
 }
 

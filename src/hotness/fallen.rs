@@ -19,8 +19,8 @@
 //! Why lists and not the floor pass's slice: the pass reads one of 16 slices per 5 s of sample
 //! time, so a page was looked at once per 80 s, after the warm pages promoted early in a
 //! two-minute phase had already cost their room (r24a: 105 pages moved back, over-promotion
-//! 47.7 % against 48.2 %). The lists hold only pages pghotd promoted (16 bytes each with the rank last seen, half
-//! of what the table keeps for them), and a re-check is one table lookup.
+//! 47.7 % against 48.2 %). The lists hold only pages pghotd promoted (16 bytes each, with the
+//! rank last seen: half of what the table keeps for them), and a re-check is one table lookup.
 
 use std::collections::BTreeMap;
 
@@ -166,7 +166,8 @@ impl PromotedLists {
     /// every second; in the Debian rig's TCG guest, where each lookup's cache miss costs
     /// microseconds, the rounds every second were 6.5 % of pghotd's and the relay's profile
     /// samples (BENCHMARKS.md, issue 18, "the heat-floor pass reads only occupied slots",
-    /// t29a), and the round at each new floor still 7.4 % of pghotd's own (t30b).
+    /// t29a), and the round at each new floor still 7.4 % of pghotd's own (t30b, "Redis beside
+    /// pghotd").
     pub(super) fn recheck(
         &mut self,
         node: NodeId,
