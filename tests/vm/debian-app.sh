@@ -331,8 +331,10 @@ ctxsw() {
 # (se.nr_migrations of /proc/PID/task/TID/sched, kernel/sched/debug.c `proc_sched_show_task`),
 # summed. Each move leaves the modelled cache of the vCPU it ran on behind (the plugin's cache
 # is per vCPU, with no shared level): its lines are fetched again on the new one.
+# "null" when the kernel gives no sched file (CONFIG_SCHED_DEBUG off): unknown, not none.
 migrations() {
-	cat /proc/"$1"/task/*/sched 2> /dev/null | awk '$1 == "se.nr_migrations" { m += $3 } END { print m + 0 }'
+	cat /proc/"$1"/task/*/sched 2> /dev/null |
+		awk '$1 == "se.nr_migrations" { m += $3; n++ } END { print n ? m : "null" }'
 }
 # profile_start, profile_stop: with --profile, perf samples every vCPU through the phase;
 # profile_report prints where the time went (after the phase: perf report is slow under TCG).
@@ -465,7 +467,7 @@ mig1=$(migrations "$app_pid")
 info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")
 busiest=$(busiest "$procs0" "$procs1")
-info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $((mig1 - mig0))"
+info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo unknown)"
 counts=$(ctl STATS)
 # Whose misses of the modelled cache, and whose evictions made the program's (plugin argument
 # by_task=1): while the promoter and the relay still run, so that their tgids have names.
@@ -534,4 +536,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$((mig1 - mig0))" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
