@@ -330,7 +330,8 @@ ctxsw() {
 # migrations PID: how many times the scheduler moved the process's threads to another CPU
 # (se.nr_migrations of /proc/PID/task/TID/sched, kernel/sched/debug.c `proc_sched_show_task`),
 # summed. Each move leaves the modelled cache of the vCPU it ran on behind (the plugin's cache
-# is per vCPU, with no shared level): its lines are fetched again on the new one.
+# is per vCPU): its lines are fetched again on the new one, from memory without `snoop`, from
+# the old vCPU's cache with it.
 # "null" when the kernel gives no sched file (CONFIG_SCHED_DEBUG off): unknown, not none.
 migrations() {
 	cat /proc/"$1"/task/*/sched 2> /dev/null |
@@ -525,7 +526,7 @@ info "vmstat over the phase: $(for k in pgpromote_success pgmigrate_success comp
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"cache_kb":%s,"cache_ways":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -536,4 +537,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"

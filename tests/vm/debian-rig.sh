@@ -78,6 +78,9 @@ Options:
                         node's delay, count as ground truth and are sampled
   --cache-ways N        --app: its ways per set, LRU (default 8, as a core's L2; 1 is the
                         direct-mapped cache of the runs before 4a4cfe7)
+  --snoop 0|1           --app: 1 (default): a miss of one vCPU's cache that another vCPU's
+                        holds is a hit, served cache to cache as real cores' misses are; 0:
+                        every vCPU's cache on its own (the model of the runs before it)
   --profile             --app: add linux-perf and libc6-dbg to the image and sample every
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
@@ -118,6 +121,7 @@ round_ops=20000
 period=
 cache_kb=1024
 cache_ways=8
+snoop=1
 hot_keys=2048
 pipeline=16
 pghotd_set=()
@@ -148,6 +152,7 @@ while [ $# -gt 0 ]; do
 	--period) need_arg "$@"; period=$2; shift ;;
 	--cache-kb) need_arg "$@"; cache_kb=$2; shift ;;
 	--cache-ways) need_arg "$@"; cache_ways=$2; shift ;;
+	--snoop) need_arg "$@"; snoop=$2; shift ;;
 	--hot-keys) need_arg "$@"; hot_keys=$2; shift ;;
 	--pipeline) need_arg "$@"; pipeline=$2; shift ;;
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
@@ -197,6 +202,7 @@ for v in slow_ns fast_ns rounds round_ops period cache_kb cache_ways hot_keys pi
 done
 [ "$pipeline" -ge 1 ] || { log "--pipeline must be at least 1"; usage; }
 case $cache_ways in 1 | 2 | 4 | 8 | 16) ;; *) log "--cache-ways must be 1, 2, 4, 8 or 16"; usage ;; esac
+case $snoop in 0 | 1) ;; *) log "--snoop must be 0 or 1"; usage ;; esac
 [ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
 [[ $vcpus =~ ^[2-8]$ ]] || { log "--vcpus must be a whole number from 2 to 8"; usage; }
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] && [ "$repeat" -le 20 ] || { log "--repeat must be a whole number from 1 to 20"; usage; }
@@ -400,8 +406,10 @@ for run in "${runs[@]}"; do
 		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
 		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
 		# by_task: whose misses, and who evicted the program's lines (RESULT's `misses`).
+		# snoop: a miss that another vCPU's cache holds is served from there (ibs-emu/README.md,
+		# "The modelled cache"); both need a cache.
 		by_task=()
-		[ "$cache_kb" = 0 ] || by_task=(by_task=1)
+		[ "$cache_kb" = 0 ] || by_task=(by_task=1 snoop="$snoop")
 		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" cache_ways="$cache_ways" "${by_task[@]}"
 	fi
 	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"

@@ -94,15 +94,26 @@ impl ByTask {
             }
             None => NONE,
         };
-        if old != 0 {
-            for i in (1..self.depth).rev() {
-                tags[i].store(tags[i - 1].load(Relaxed), Relaxed);
-                whos[i].store(whos[i - 1].load(Relaxed), Relaxed);
-            }
-            tags[0].store(old, Relaxed);
-            whos[0].store(u64::from(had) | u64::from(task) << 32, Relaxed);
-        }
+        self.on_evict(set, old, had, task);
         self.count(task, cause, user);
+    }
+
+    /// Task `task`'s fill of set `set` evicted the line tagged `old` (0: the way was empty)
+    /// that task `had` brought in. Alone for a fill that is no miss (`snoop=1`: another
+    /// vCPU's cache served it); `on_miss` calls it for the others.
+    #[inline]
+    pub fn on_evict(&self, set: usize, old: u64, had: u32, task: u32) {
+        if old == 0 {
+            return;
+        }
+        let tags = &self.victim[set * self.depth..(set + 1) * self.depth];
+        let whos = &self.victim_who[set * self.depth..(set + 1) * self.depth];
+        for i in (1..self.depth).rev() {
+            tags[i].store(tags[i - 1].load(Relaxed), Relaxed);
+            whos[i].store(whos[i - 1].load(Relaxed), Relaxed);
+        }
+        tags[0].store(old, Relaxed);
+        whos[0].store(u64::from(had) | u64::from(task) << 32, Relaxed);
     }
 
     #[inline]

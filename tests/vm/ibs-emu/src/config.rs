@@ -52,6 +52,10 @@ pub struct Config {
     /// Count the modelled cache's misses per task and cause (`by_task=1`; needs `cache_kb`
     /// and the task channel to name anyone): README.md, "Whose misses".
     pub by_task: bool,
+    /// On a miss of a vCPU's modelled cache, look the line up in the other vCPUs' caches; a
+    /// line found there is a hit, served cache to cache as a real core's miss is served from
+    /// its neighbours' caches (`snoop=1`; needs `cache_kb`): README.md, "The modelled cache".
+    pub snoop: bool,
 }
 
 /// Undoes QEMU 7.2's `qemu_plugin_hwaddr_phys_addr` for RAM in `-object memory-backend-*`
@@ -119,6 +123,7 @@ impl Default for Config {
             cache_kb: 0,
             cache_ways: 1,
             by_task: false,
+            snoop: false,
         }
     }
 }
@@ -159,6 +164,7 @@ impl Config {
                 "cache_kb" => c.cache_kb = num()?,
                 "cache_ways" => c.cache_ways = num()? as usize,
                 "by_task" => c.by_task = num()? != 0,
+                "snoop" => c.snoop = num()? != 0,
                 "samples" => c.samples = Some(PathBuf::from(value)),
                 "ctl" => c.ctl = Some(PathBuf::from(value)),
                 "memdev_mb" => {
@@ -206,6 +212,12 @@ impl Config {
         if c.by_task && c.cache_kb == 0 {
             return Err("by_task=1 counts the modelled cache's misses: it needs cache_kb".into());
         }
+        if c.snoop && c.cache_kb == 0 {
+            return Err(
+                "snoop=1 looks misses up in the other vCPUs' modelled caches: it needs cache_kb"
+                    .into(),
+            );
+        }
         if !c.ring.is_power_of_two() || c.ring < 2 {
             return Err(format!("ring={}: a power of two >= 2", c.ring));
         }
@@ -238,6 +250,8 @@ mod tests {
                 .unwrap()
                 .by_task
         );
+        assert!(Config::parse(&["snoop=1"]).is_err(), "no caches to snoop");
+        assert!(Config::parse(&["snoop=1", "cache_kb=1024"]).unwrap().snoop);
     }
 
     #[test]

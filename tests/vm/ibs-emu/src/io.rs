@@ -111,7 +111,7 @@ fn control(state: &'static State, path: &Path) {
 fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
     let t = state.totals(counts);
     format!(
-        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={} fast_ns={} task_switches={} samples_with_task={} cache_kb={} cache_ways={}\n",
+        "COUNTS pages={} accesses={} fast_user={} slow_user={} modelled_ns={} samples_sent={} samples_dropped={} outside_ram={} slow_ns={} period={} cache_hits={} samples_filtered={} fast_ns={} task_switches={} samples_with_task={} cache_kb={} cache_ways={} peer_hits={} snoop={}\n",
         t.pages,
         t.accesses,
         t.fast_user,
@@ -129,6 +129,8 @@ fn counts_line(state: &State, counts: &[(u32, u32)]) -> String {
         t.with_task,
         state.cfg.cache_kb,
         state.cfg.cache_ways,
+        t.peer_hits,
+        u8::from(state.cfg.snoop),
     )
 }
 
