@@ -52,6 +52,11 @@ node_mb() {
 # node_free_mb N: MB free on node N; fast_free_mb: on the fast nodes (0 and 1) together.
 node_free_mb() { awk '$3 == "MemFree:" { printf "%d", $4 / 1024 }' "/sys/devices/system/node/node$1/meminfo"; }
 fast_free_mb() { echo $(($(node_free_mb 0) + $(node_free_mb 1))); }
+# node_file_mb N: node N's page cache, MB (Active(file) + Inactive(file)): what kswapd can free
+# there with demotion off and no swap, and so the room NUMA balancing's promotions can get below
+# the high watermark (mm/migrate.c `migrate_misplaced_folio_prepare` wakes kswapd, which
+# reclaims up to the promo watermark).
+node_file_mb() { awk '$3 ~ /^(Active|Inactive)\(file\):$/ { kb += $4 } END { printf "%d", kb / 1024 }' "/sys/devices/system/node/node$1/meminfo"; }
 # node_watermarks_mb N: "min low high promo" of node N's zones together, MB (/proc/zoneinfo;
 # promo is the watermark kswapd reclaims up to in NUMA balancing's tiering mode,
 # mm/vmscan.c `pgdat_balanced`).
@@ -82,7 +87,7 @@ fast_tier_fill() {
 			[ "$(cat "$(hugetlb_nr "$n")")" -gt "$have" ] || break
 			have=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
 		done
-		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries; now $free MB free; watermarks MB $(node_watermarks_mb "$n")"
+		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries; now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
 	# Whether reclaim on a full fast node may demote to the slow one, and whether it may swap
 	# (with neither it can free page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.

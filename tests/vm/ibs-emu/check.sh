@@ -12,8 +12,8 @@
 #   tests/vm/ibs-emu/check.sh [-v] [--period N] [--keep DIR] [--cost]
 # --cost: three more guests with the plugin doing only part of its per-access work (probe=0:
 # return at once, 1: + qemu_plugin_get_hwaddr, 2: + qemu_plugin_hwaddr_phys_addr), and two with
-# all of it behind the modelled cache the Debian rig loads (cache_kb=1024, direct-mapped, and
-# 8-way with by_task=1, as debian-rig.sh runs it; no delays), for the cost table.
+# all of it behind the modelled cache the Debian rig loads (cache_kb=1024, direct-mapped, 8-way
+# with by_task=1, and that with snoop=1, as debian-rig.sh runs it; no delays), for the cost table.
 # Environment: CARGO_TARGET_DIR (default tests/vm/ibs-emu/target), PGHOT_VM_VMLINUZ +
 # PGHOT_VM_BUSYBOX (skip fetch-guest.sh), PGIBS_WORKLOAD_BIN / PGIBS_GUEST_BIN (prebuilt static
 # binaries), PGIBS_TIMEOUT (seconds per guest, default 900). Needs root (fetch-guest.sh's apt).
@@ -119,9 +119,11 @@ if [ "$cost" = 1 ]; then
 		consoles+=("$work/probe$probe.console")
 	done
 	# The modelled cache as the Debian rig runs it (debian-rig.sh: cache_kb 1024, cache_ways 8,
-	# by_task=1), and direct-mapped (cache_ways 1, the rig's model before 4a4cfe7). slow_ns and
-	# fast_ns stay 0: this is the bookkeeping's cost, not the dilation's.
-	for cache in "cache1 cache_kb=1024 cache_ways=1" "cache8 cache_kb=1024 cache_ways=8 by_task=1"; do
+	# by_task=1, snoop=1), without snoop (the rig's model before d4e2798) and direct-mapped
+	# (cache_ways 1, before 4a4cfe7). slow_ns and fast_ns stay 0: this is the bookkeeping's
+	# cost, not the dilation's. The workload misses the cache on most accesses, so each of
+	# them looks the other vCPU's set up with snoop: its cost at the most.
+	for cache in "cache1 cache_kb=1024 cache_ways=1" "cache8 cache_kb=1024 cache_ways=8 by_task=1" "cache8s cache_kb=1024 cache_ways=8 by_task=1 snoop=1"; do
 		# shellcheck disable=SC2086 # a label and plugin arguments, none with spaces
 		set -- $cache
 		label=$1
@@ -185,9 +187,10 @@ if [ "$cost" = 1 ]; then
 	row "probe=3 everything" plugin
 	row "1 MiB cache, direct-mapped" cache1
 	row "1 MiB cache, 8-way, by_task" cache8
+	row "the same with snoop" cache8s
 	for p in chase uniform; do
 		ops=$(grep "^PGIBS-OPS pattern=$p node=0 slow_ns=0 " "$work/lines" | head -n 1 | tr ' ' '\n' | sed -n 's/^user_ops_per_access=//p')
-		for m in probe0 probe1 probe2 plugin cache1 cache8; do
+		for m in probe0 probe1 probe2 plugin cache1 cache8 cache8s; do
 			printf 'ns per callback %-8s %-8s %s\n' "$p" "$m" "$(awk -v a="$(lat noplugin "$p" 0)" -v b="$(lat "$m" "$p" 0)" -v o="$ops" 'BEGIN { if (o > 0) printf "%.1f (%.2f callbacks per access)", (b - a) / o, o; else print "-" }')"
 		done
 	done
