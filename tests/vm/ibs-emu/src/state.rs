@@ -560,6 +560,12 @@ mod tests {
 
     /// One vCPU with a 1 KiB cache of `ways` ways, `by_task` on and the task channel set.
     fn tasked_cache(ways: usize) -> State {
+        tasked_caches(1, ways, false)
+    }
+
+    /// `vcpus` vCPUs, each with a 1 KiB cache of `ways` ways, `by_task` on, `snoop` as given
+    /// and the task channel set.
+    fn tasked_caches(vcpus: usize, ways: usize, snoop: bool) -> State {
         let s = State::new(
             Config {
                 period: 1 << 20,
@@ -568,9 +574,10 @@ mod tests {
                 cache_kb: 1,
                 cache_ways: ways,
                 by_task: true,
+                snoop,
                 ..Config::default()
             },
-            1,
+            vcpus,
         );
         s.set_task_channel(CHANNEL, 1 << 22);
         s
@@ -768,18 +775,16 @@ mod tests {
         run(100, 0x7000, 0x1000); // a hit: not counted
         run(100, USER_TOP + 8, 0x1400);
         let (tally, overflow) = s.by_task().unwrap();
-        let want: Tally = [
+        let want = Tally::from([
             ((100, bytask::NONE), (1, 1)),
             ((200, bytask::NONE), (1, 0)),
             ((100, 200), (1, 0)),
-        ]
-        .into_iter()
-        .collect();
+        ]);
         assert_eq!((tally, overflow), (want, 0));
         s.reset();
         assert_eq!(s.by_task().unwrap(), (Tally::new(), 0));
         run(200, 0x7000, 0x1000);
-        let want: Tally = [((200, bytask::NONE), (1, 0))].into_iter().collect();
+        let want = Tally::from([((200, bytask::NONE), (1, 0))]);
         assert_eq!(s.by_task().unwrap(), (want, 0));
         assert!(state(16).by_task().is_none(), "off by default");
     }
@@ -794,17 +799,8 @@ mod tests {
     #[test]
     fn a_miss_another_vcpus_cache_holds_is_a_hit_with_snoop() {
         let run = |snoop| {
-            let s = State::new(
-                Config {
-                    period: 1 << 20,
-                    ram_mb: 4,
-                    ring: 16,
-                    cache_kb: 1,
-                    snoop,
-                    ..Config::default()
-                },
-                2,
-            );
+            // by_task and the task channel change no hit or miss.
+            let s = tasked_caches(2, 1, snoop);
             for (vcpu, paddr) in [
                 (0, 0x1000),
                 (1, 0x1000),
@@ -829,19 +825,7 @@ mod tests {
     /// 0 holds only 0x1400), a refetch of what it evicted itself.
     #[test]
     fn a_peer_hit_is_not_counted_as_a_miss_but_its_eviction_is_remembered() {
-        let s = State::new(
-            Config {
-                period: 1 << 20,
-                ram_mb: 4,
-                ring: 16,
-                cache_kb: 1,
-                by_task: true,
-                snoop: true,
-                ..Config::default()
-            },
-            2,
-        );
-        s.set_task_channel(CHANNEL, 1 << 22);
+        let s = tasked_caches(2, 1, true);
         let run = |vcpu: u32, task: u64, paddr| {
             s.task_switch(vcpu, CHANNEL + task, || true);
             s.on_access(vcpu, 0x7000, paddr, || false);
@@ -850,13 +834,11 @@ mod tests {
         run(0, 200, 0x1400);
         run(1, 100, 0x1400);
         run(1, 100, 0x1000);
-        let want: Tally = [
+        let want = Tally::from([
             ((100, bytask::NONE), (1, 0)),
             ((200, bytask::NONE), (1, 0)),
             ((100, 100), (1, 0)),
-        ]
-        .into_iter()
-        .collect();
+        ]);
         assert_eq!(s.by_task().unwrap(), (want, 0));
         assert_eq!(s.totals(&s.page_counts()).peer_hits, 1);
     }
