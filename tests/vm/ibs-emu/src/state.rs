@@ -2,7 +2,8 @@
 //!
 //! Everything a vCPU touches on an access is its own: under MTTCG every vCPU runs on its own
 //! host thread, so shared counters would bounce cache lines between them (and an atomic
-//! read-modify-write costs a locked instruction per access). Each counter is an atomic only so
+//! read-modify-write costs a locked instruction per access). The one exception is `snoop=1`,
+//! where a miss reads (never writes) the same set of the other vCPUs' caches. Each counter is an atomic only so
 //! that the control thread may read it while the vCPU runs; the vCPU updates it with a plain
 //! load and store (`bump`), which compiles to an ordinary `add`. RESET never writes a vCPU's
 //! counters: it records their current values as a baseline that later reads subtract, so a
@@ -385,7 +386,8 @@ impl State {
     }
 
     /// Whether a vCPU other than `me` holds line `tag` in `set` of its cache (every vCPU's
-    /// cache has the same sets).
+    /// cache has the same sets). Out of line: it runs on misses only, and inlined it would
+    /// grow the per-access path that every hit takes.
     #[inline(never)]
     fn peer_holds(&self, me: usize, set: usize, tag: u64) -> bool {
         self.vcpus
