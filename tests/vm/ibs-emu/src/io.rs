@@ -210,6 +210,27 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
+    /// The Debian rig reads `peer_hits` and `snoop` out of STATS by name: one line, first
+    /// touched on vCPU 0, then on vCPU 1, is one peer hit with snoop on.
+    #[test]
+    fn stats_give_peer_hits_and_whether_snoop_is_on() {
+        let s = State::new(
+            Config {
+                ram_mb: 1,
+                ring: 16,
+                cache_kb: 1,
+                snoop: true,
+                ..Config::default()
+            },
+            2,
+        );
+        s.on_access(0, 0x1000, 0x3000, || false);
+        s.on_access(1, 0x1000, 0x3000, || false);
+        let line = String::from_utf8(answer(&s, "STATS")).unwrap();
+        assert!(line.contains(" cache_hits=1 "), "{line}");
+        assert!(line.ends_with(" peer_hits=1 snoop=1\n"), "{line}");
+    }
+
     #[test]
     fn protocol() {
         let cfg = Config {
