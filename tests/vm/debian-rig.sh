@@ -405,12 +405,12 @@ for run in "${runs[@]}"; do
 		# Disarmed until the guest is up (app.sh sends ARM, then SLOW_NS): with every access
 		# looked up and the slow node's spun on, the kernel took minutes to unpack its 350 MB
 		# root file system (soft lockups), and systemd came up 170 s after the BIOS.
-		# by_task: whose misses, and who evicted the program's lines (RESULT's `misses`).
-		# snoop: a miss that another vCPU's cache holds is served from there (ibs-emu/README.md,
-		# "The modelled cache"); both need a cache.
-		by_task=()
-		[ "$cache_kb" = 0 ] || by_task=(by_task=1 snoop="$snoop")
-		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" cache_ways="$cache_ways" "${by_task[@]}"
+		# With a cache: by_task, whose misses, and who evicted the program's lines (RESULT's
+		# `misses`); snoop, a miss that another vCPU's cache holds is served from there
+		# (ibs-emu/README.md, "The modelled cache"). Both need a cache.
+		cache_args=()
+		[ "$cache_kb" = 0 ] || cache_args=(by_task=1 snoop="$snoop")
+		pghot_vm_ibs_emu_args "$plugin_so" "$work/sock-$name" slow_ns=0 armed=0 period="$period" cache_kb="$cache_kb" cache_ways="$cache_ways" "${cache_args[@]}"
 	fi
 	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"
 	console=$work/$name.console
