@@ -450,7 +450,7 @@ fast_tier_fill
 # nearly all of Redis there during the fill, and its phase began with 14 of 1,511 hot pages
 # on the slow node). What moved is reported and moved back, as the first move did it.
 read -r fast_fill slow_fill <<< "$(node_mb "$app_pid")"
-moved_early_mb=$(awk -v a="$fast_fill" -v b="$fast0" 'BEGIN { d = a - b; printf "%.1f", d > 0 ? d : 0 }')
+moved_early_mb=$(awk -v a="$fast_fill" -v b="$fast0" 'BEGIN { d = a - b; printf "%.1f", (d > 0 ? d : 0) }')
 if awk -v d="$moved_early_mb" 'BEGIN { exit !(d >= 1) }'; then
 	setpriv --inh-caps=-sys_nice --bounding-set=-sys_nice migratepages "$app_pid" 0,1 2 ||
 		err "migratepages $app_pid 0,1 2 (after the fill) failed"
