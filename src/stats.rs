@@ -412,6 +412,10 @@ counters! {
     /// Candidates charged at 4 KiB because their folio's size could not be read (the
     /// process exited, or page frame numbers are hidden: no CAP_SYS_ADMIN).
     FolioSizeUnknown => "folio_size_unknown" as Metric::count("folio_size_unknown"),
+    /// Candidates of a large folio found too sparse to move whole within the last second,
+    /// deferred without reading its pages' samples again (counted in
+    /// `pgpromote_deferred_sparse_folio` too).
+    FolioSparseLooksSkipped => "folio_sparse_looks_skipped" as Metric::count("folio_sparse_looks_skipped"),
     /// Large folios promoted whole (PMD THPs, one address each).
     ThpWholePromotions => "thp_whole_promotions" as Metric::count("thp_whole_promotions"),
     /// Whole: the slow node's bandwidth is under `split_contention_MBps`.

@@ -187,6 +187,9 @@ pub struct Migrator<M: Mover, C: Clock> {
     admission: Option<Box<dyn Admit>>,
     /// Folio sizes of candidates (see `folios`); `None` charges every candidate at 4 KiB.
     folios: Option<Box<dyn folios::FolioMap>>,
+    /// Folios (pid, first address) found too sparse to move whole, and when (clock time):
+    /// not looked at again for [`folios::SPARSE_LOOK_AGAIN`].
+    sparse_folios: std::collections::HashMap<(u32, u64), Duration>,
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,
     /// Free kB of each destination read during the batch being processed, less what the
@@ -248,6 +251,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             group: PidCounts::default(),
             admission: None,
             folios: None,
+            sparse_folios: std::collections::HashMap::new(),
             heat_cut: HeatCut::default(),
             demoter,
             call_failures: 0,
