@@ -295,9 +295,11 @@ impl<K: ThpKernel> AdmissionGate<K> {
         // The candidates' own pages first: a region of base pages, the usual case once a
         // program's hot part is split or was never a THP, has nothing to decide, and its
         // whole read costs up to 512 kpageflags reads (base pages' PFNs are not consecutive;
-        // see `SysThp::region`): in the Debian rig's guest these reads were most of the
-        // migrator's CPU. The look says "large" wherever the region's read would (a page of
-        // a multi-page run in `Region::from_raw` has the flags `in_large_thp_folio` asks for).
+        // see `SysThp::region`): in the Debian rig's guest they led the migrator's profile,
+        // and looking first cut its CPU there by a third (BENCHMARKS.md, "Admission reads only
+        // the candidates' pages"). The look says "large" wherever the region's read would (a
+        // page of a multi-page run in `Region::from_raw` has the flags `in_large_thp_folio`
+        // asks for).
         let vaddrs: Vec<u64> = group.iter().map(|c| c.key.vaddr()).collect();
         let region = match self.kernel.in_large_folio(pid, &vaddrs) {
             Ok(large) if !large.contains(&true) => {
