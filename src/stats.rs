@@ -415,7 +415,7 @@ counters! {
     /// Candidates of a large folio found too sparse to move whole within the last second,
     /// deferred without reading its pages' samples again (counted in
     /// `pgpromote_deferred_sparse_folio` too).
-    FolioSparseLooksSkipped => "folio_sparse_looks_skipped" as Metric::count("folio_sparse_looks_skipped"),
+    FolioRecountsSkipped => "folio_recounts_skipped" as Metric::count("folio_recounts_skipped"),
     /// Large folios promoted whole (PMD THPs, one address each).
     ThpWholePromotions => "thp_whole_promotions" as Metric::count("thp_whole_promotions"),
     /// Whole: the slow node's bandwidth is under `split_contention_MBps`.

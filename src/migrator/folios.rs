@@ -40,7 +40,7 @@ use crate::stats::{Counter, Stats};
 /// Bytes of a base page.
 const PAGE_BYTES: u64 = 4096;
 /// How long a folio found too sparse to move whole is not looked at again: its candidates
-/// wait without the look (`folio_sparse_looks_skipped`). A look reads each of the folio's
+/// wait without the look (`folio_recounts_skipped`). A look reads each of the folio's
 /// pages in the table, 512 lookups for a THP, each a likely cache miss; memcached's slab
 /// THPs, sampled thinly and often, were held back 1,528 times in a 16-round phase of the
 /// Debian rig, where the migrator took 5.4 s of user time (BENCHMARKS.md, "Admission reads
@@ -204,7 +204,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             }
             let at = (c.key.pid(), folio.start);
             if sparse.contains_key(&at) {
-                stats.add(Counter::FolioSparseLooksSkipped, 1);
+                stats.add(Counter::FolioRecountsSkipped, 1);
                 return false;
             }
             let samples = folio_samples(table, c.key.pid(), folio);

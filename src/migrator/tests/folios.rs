@@ -211,7 +211,7 @@ fn a_folio_found_sparse_is_not_looked_at_again_for_a_second() {
     let mut batch = vec![cand(PID, 520, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 1);
-    assert_eq!(counter(&rig, Counter::FolioSparseLooksSkipped), 0);
+    assert_eq!(counter(&rig, Counter::FolioRecountsSkipped), 0);
     for p in 521..531 {
         sample(&rig, PID, p, 30, 2);
     }
@@ -220,7 +220,7 @@ fn a_folio_found_sparse_is_not_looked_at_again_for_a_second() {
         .advance(SPARSE_LOOK_AGAIN - std::time::Duration::from_millis(1));
     let mut batch = vec![cand(PID, 521, 0), cand(PID, 525, 0)];
     rig.migrator.process(&mut batch);
-    assert_eq!(counter(&rig, Counter::FolioSparseLooksSkipped), 1);
+    assert_eq!(counter(&rig, Counter::FolioRecountsSkipped), 1);
     assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 3);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 0);
     // The mTHP at 16 (16 pages, 8 samples needed) has its own look: 8 samples, it moves.
@@ -234,7 +234,7 @@ fn a_folio_found_sparse_is_not_looked_at_again_for_a_second() {
     rig.clock.advance(std::time::Duration::from_millis(1));
     let mut batch = vec![cand(PID, 521, 0)];
     rig.migrator.process(&mut batch);
-    assert_eq!(counter(&rig, Counter::FolioSparseLooksSkipped), 1);
+    assert_eq!(counter(&rig, Counter::FolioRecountsSkipped), 1);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
     assert_eq!(rig.stats.promoted_bytes(0), (2 << 20) + 65_536);
 }
