@@ -14,7 +14,7 @@
 //! hold, in the table, as many samples as `promote_thp_min_samples_pct` of its 4 KiB pages would
 //! need to move on their own (`freq_threshold` each: 256 for a 2 MiB THP at 25 % and threshold
 //! 2); until then its candidates wait (`pgpromote_deferred_sparse_folio`), offered again by
-//! their next sample, and a folio found short is not counted again for [`SPARSE_LOOK_AGAIN`].
+//! their next sample, and a folio found short is not counted again for [`RECOUNT_AFTER`].
 //!
 //! Samples, not sampled pages: a THP whose heat sits in a few pages is worth its copy as much
 //! as one warm all over. On the Debian guest, Redis kept its client buffers in the first 61
@@ -39,14 +39,14 @@ use crate::stats::{Counter, Stats};
 
 /// Bytes of a base page.
 const PAGE_BYTES: u64 = 4096;
-/// How long a folio found too sparse to move whole is not looked at again: its candidates
-/// wait without the look (`folio_recounts_skipped`). A look reads each of the folio's
+/// How long a folio found too sparse to move whole is not counted again: its candidates
+/// wait without the count (`folio_recounts_skipped`). A count reads each of the folio's
 /// pages in the table, 512 lookups for a THP, each a likely cache miss; memcached's slab
 /// THPs, sampled thinly and often, were held back 1,528 times in a 16-round phase of the
 /// Debian rig, where the migrator took 5.4 s of user time (BENCHMARKS.md, "Admission reads
 /// only the candidates' pages"). A folio waits at most this much longer once its pages hold
 /// enough: a promotion batch is held about as long (`migrate_hold_ms`).
-pub const SPARSE_LOOK_AGAIN: std::time::Duration = std::time::Duration::from_secs(1);
+pub const RECOUNT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// Pages of a PMD THP (2 MiB on x86-64), counted in `thp_whole_promotions`.
 const PMD_PAGES: u32 = 512;
 
@@ -196,7 +196,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         let threshold = u32::from(table.policy().freq_threshold);
         let now = self.clock.now();
         let sparse = &mut self.sparse_folios;
-        sparse.retain(|_, at| now.saturating_sub(*at) < SPARSE_LOOK_AGAIN);
+        sparse.retain(|_, at| now.saturating_sub(*at) < RECOUNT_AFTER);
         let stats = &self.stats;
         let moves = |c: &Candidate, folio: Folio| {
             if min_pct == 0 {

@@ -188,7 +188,7 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// Folio sizes of candidates (see `folios`); `None` charges every candidate at 4 KiB.
     folios: Option<Box<dyn folios::FolioMap>>,
     /// Folios (pid, first address) found too sparse to move whole, and when (clock time):
-    /// not looked at again for [`folios::SPARSE_LOOK_AGAIN`].
+    /// not looked at again for [`folios::RECOUNT_AFTER`].
     sparse_folios: std::collections::HashMap<(u32, u64), Duration>,
     /// Where the watermark reads free memory (the topology's sysfs, or a simulator).
     free: Arc<dyn FreeMemory>,

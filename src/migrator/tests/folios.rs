@@ -3,7 +3,7 @@
 //! thinly sampled waits. Expected values are worked by hand from the sizes.
 
 use super::*;
-use crate::migrator::folios::{Folio, FolioError, FolioMap, SPARSE_LOOK_AGAIN};
+use crate::migrator::folios::{Folio, FolioError, FolioMap, RECOUNT_AFTER};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 const PID: u32 = 10;
@@ -173,14 +173,14 @@ fn a_thinly_sampled_thp_waits_until_its_pages_hold_a_quarters_worth_of_samples()
         sample(&rig, PID, p, 28, 2);
     }
     sample(&rig, PID, 520, 1, 2);
-    // Each look a second after the last (a folio found sparse is not looked at sooner: the
+    // Each count a second after the last (a folio found sparse is not counted sooner: the
     // next test).
-    rig.clock.advance(SPARSE_LOOK_AGAIN);
+    rig.clock.advance(RECOUNT_AFTER);
     let mut batch = vec![cand(PID, 520, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 2);
     sample(&rig, PID, 530, 1, 2);
-    rig.clock.advance(SPARSE_LOOK_AGAIN);
+    rig.clock.advance(RECOUNT_AFTER);
     let mut batch = vec![cand(PID, 520, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
@@ -194,18 +194,18 @@ fn a_thinly_sampled_thp_waits_until_its_pages_hold_a_quarters_worth_of_samples()
     for p in 21..24 {
         sample(&rig, PID, p, 2, 3);
     }
-    rig.clock.advance(SPARSE_LOOK_AGAIN);
+    rig.clock.advance(RECOUNT_AFTER);
     let mut batch = vec![cand(PID, 20, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
 }
 
 /// By hand: the THP at page 512 holds 2 samples (256 needed) and waits; then 300 more land
-/// in it. Within a second of the look that found it sparse its candidates wait without a
-/// look (counted skipped and deferred); a second after it, the look finds 302 and it moves.
-/// Another folio (the mTHP at 16) is looked at meanwhile: the skip is per folio.
+/// in it. Within a second of the count that found it sparse its candidates wait without a
+/// count (counted skipped and deferred); a second after it, the count finds 302 and it moves.
+/// Another folio (the mTHP at 16) is counted meanwhile: the skip is per folio.
 #[test]
-fn a_folio_found_sparse_is_not_looked_at_again_for_a_second() {
+fn a_folio_found_sparse_is_not_counted_again_for_a_second() {
     let (mut rig, _) = folio_rig(MigratorConfig::default(), false);
     sample(&rig, PID, 520, 2, 1);
     let mut batch = vec![cand(PID, 520, 0)];
@@ -215,22 +215,22 @@ fn a_folio_found_sparse_is_not_looked_at_again_for_a_second() {
     for p in 521..531 {
         sample(&rig, PID, p, 30, 2);
     }
-    // 2 + 300 samples: enough, but within the second it is not looked at.
+    // 2 + 300 samples: enough, but within the second it is not counted.
     rig.clock
-        .advance(SPARSE_LOOK_AGAIN - std::time::Duration::from_millis(1));
+        .advance(RECOUNT_AFTER - std::time::Duration::from_millis(1));
     let mut batch = vec![cand(PID, 521, 0), cand(PID, 525, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::FolioRecountsSkipped), 1);
     assert_eq!(counter(&rig, Counter::PgpromoteDeferredSparseFolio), 3);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 0);
-    // The mTHP at 16 (16 pages, 8 samples needed) has its own look: 8 samples, it moves.
+    // The mTHP at 16 (16 pages, 8 samples needed) has its own count: 8 samples, it moves.
     for p in 16..20 {
         sample(&rig, PID, p, 2, 3);
     }
     let mut batch = vec![cand(PID, 16, 0)];
     rig.migrator.process(&mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 1);
-    // A second after the look: looked at again, and it moves.
+    // A second after the count: counted again, and it moves.
     rig.clock.advance(std::time::Duration::from_millis(1));
     let mut batch = vec![cand(PID, 521, 0)];
     rig.migrator.process(&mut batch);
