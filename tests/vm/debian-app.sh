@@ -293,12 +293,27 @@ promoter_cpu() {
 	damon) cpu_s "$promoter_pid" ;;
 	esac
 }
-# thread_ticks PID: one line per thread of PID, "tid comm utime stime" (USER_HZ ticks).
+# thread_ticks PID: one line per thread of PID, "tid comm utime stime voluntary nonvoluntary"
+# (USER_HZ ticks; context switches from its status file).
 thread_ticks() {
 	[ -n "$1" ] && [ -d "/proc/$1/task" ] || return 0
 	for t in /proc/"$1"/task/*; do
-		awk -v tid="${t##*/}" '{ sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); print tid, c, $12, $13 }' "$t/stat" 2> /dev/null
+		awk -v tid="${t##*/}" '
+			FNR == NR { sub(/^[^(]*\(/, ""); c = $0; sub(/\).*/, "", c); sub(/^[^)]*\) /, ""); u = $12; s = $13; next }
+			$1 == "voluntary_ctxt_switches:" { v = $2 }
+			$1 == "nonvoluntary_ctxt_switches:" { n = $2 }
+			END { if (c != "") print tid, c, u, s, v + 0, n + 0 }' "$t/stat" "$t/status" 2> /dev/null
 	done
+}
+# thread_wakes BEFORE AFTER: "comm:voluntary/nonvoluntary,..." the context switches each thread
+# name made between two thread_ticks listings, most voluntary first. A voluntary switch is a
+# wait, so one wake-up to follow it: under TCG each costs the guest a millisecond or more of a
+# vCPU (BENCHMARKS.md, "pghotd's idle cost"), whatever the thread then does.
+thread_wakes() {
+	awk 'NR == FNR { v[$1] = $5; n[$1] = $6; next }
+		{ tv[$2] += $5 - v[$1]; tn[$2] += $6 - n[$1] }
+		END { for (k in tv) printf "%d %s:%d/%d\n", tv[k], k, tv[k], tn[k] }' <(printf '%s\n' "$1") <(printf '%s\n' "$2") |
+		sort -rn | cut -d' ' -f2- | paste -sd, -
 }
 # thread_cpu BEFORE AFTER [sys]: "comm:seconds,..." busiest first, the CPU (utime + stime, or
 # stime alone with `sys`) each thread name took between two thread_ticks listings (a thread
@@ -467,6 +482,8 @@ mc0=$(mc_stats)
 procs0=$(proc_ticks)
 stat0=$(head -n 1 /proc/stat)
 read -r vol0 nonvol0 <<< "$(ctxsw "$app_pid")"
+relay_sw0=
+if [ -n "$relay_pid" ]; then relay_sw0=$(ctxsw "$relay_pid"); fi
 mig0=$(migrations "$app_pid")
 profile_start
 t0=$(now)
@@ -505,7 +522,9 @@ cpu=$(promoter_cpu)
 ticks1=$(thread_ticks "$promoter_pid")
 threads=$(thread_cpu "$ticks0" "$ticks1")
 threads_sys=$(thread_cpu "$ticks0" "$ticks1" sys)
+wakes=$(thread_wakes "$ticks0" "$ticks1")
 info "promoter threads in the phase (CPU s): ${threads:-none}; of it in the kernel: ${threads_sys:-none}"
+info "promoter threads' context switches in the phase (voluntary/nonvoluntary): ${wakes:-none}"
 # Where the promoter's own memory sits: on a full fast tier its allocations fall to node2 too,
 # and there the modelled slow tier makes its table's misses slow.
 case $scenario in
@@ -516,8 +535,10 @@ case $scenario in
 pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
 esac
 relay_cpu=
+relay_wakes=
 if [ -n "$relay_pid" ]; then
 	relay_cpu=$(cpu_s "$relay_pid")
+	relay_wakes=$(awk -v a="$relay_sw0" -v b="$(ctxsw "$relay_pid")" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d", y[1] - x[1] }')
 	relay_sys=$(awk '{ printf "%.2f", $15 / 100 }' "/proc/$relay_pid/stat" 2> /dev/null)
 	# The relay ends the phase with it (its figures written on SIGTERM), so they cover the
 	# phase only and it takes no CPU from the truth.
@@ -549,7 +570,7 @@ info "vmstat over the phase: $(for k in pgpromote_success pgmigrate_success comp
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -560,4 +581,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$moved_early_mb" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${threads:-}" "${threads_sys:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${relay_wakes:-null}" "${threads:-}" "${threads_sys:-}" "${wakes:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
