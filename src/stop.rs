@@ -146,6 +146,12 @@ pub fn wait_fd(
     }
 }
 
+/// Whether a read of `fd` would return at once (data, hang-up or error), without waiting.
+pub fn readable_now(fd: BorrowedFd<'_>) -> bool {
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
 /// `None` waits forever; a duration is rounded up to whole milliseconds (a deadline a fraction
 /// of a millisecond away must not become a busy loop) and capped at poll's limit.
 fn poll_timeout(slice: Option<Duration>) -> PollTimeout {

@@ -28,7 +28,7 @@ use super::{Source, SourceError};
 use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
 use crate::sampler::SinkFactory;
 use crate::stats::Counter;
-use crate::stop::{StopToken, Woken, wait_fd, wait_until};
+use crate::stop::{StopToken, Woken, readable_now, wait_fd, wait_until};
 use crate::topology::NodeId;
 
 /// Header line the writer puts first; readers treat it as a comment.
@@ -351,12 +351,36 @@ impl LineBuf {
 /// After a read that found only a trickle (less than this), the next waits [`TRICKLE_GATHER`].
 const TRICKLE_BYTES: usize = 4096;
 
-/// How long a trickle is left to gather: a writer that sends a line or two at a time (the rig's
-/// guest relay sends every 4 ms) would otherwise wake the source thread for each, and on the
-/// TCG guest each wake-up cost about 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost").
-/// It matches the perf sampler's drain interval, so a trace sample waits no longer than a
-/// hardware one. A fast writer fills reads, never waits, and is never held back.
+/// How long a trickle is left to gather: a writer that sends a line or two at a time would
+/// otherwise wake the source thread for each, and on the TCG guest each wake-up cost about 1.4
+/// ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). It matches the perf sampler's drain
+/// interval, so a trace sample waits no longer than a hardware one. A fast writer fills reads,
+/// never waits, and is never held back.
 const TRICKLE_GATHER: Duration = Duration::from_millis(100);
+
+/// Which wait of a gather comes first. Sleeping out [`TRICKLE_GATHER`] and then waiting for
+/// data is one wake-up when the writer sends more often than that (the data is there when the
+/// sleep ends) and two when it sends less often (the sleep ends on nothing); waiting for data
+/// first and then sleeping out the rest is the other way round. The rig's guest relay writes a
+/// batch every 200 ms (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`): sleeping first woke
+/// pghotd's source thread 1.5 times per batch (987 voluntary switches in a 65 s Redis phase of
+/// about 650 batches, t33w in BENCHMARKS.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GatherOrder {
+    SleepFirst,
+    DataFirst,
+}
+
+impl GatherOrder {
+    /// The order for the next gather: the other one after a gather that took two wake-ups.
+    fn after(self, two_wakes: bool) -> GatherOrder {
+        match (self, two_wakes) {
+            (order, false) => order,
+            (GatherOrder::SleepFirst, true) => GatherOrder::DataFirst,
+            (GatherOrder::DataFirst, true) => GatherOrder::SleepFirst,
+        }
+    }
+}
 
 /// A `Read` that waits with poll(2) for data or a stop request, even on a FIFO or stdin with no
 /// data. Regular files are always readable and never wait.
@@ -367,6 +391,37 @@ struct StoppableReader {
     stream: bool,
     /// When the last read found only a trickle.
     trickle_at: Option<Instant>,
+    gather: GatherOrder,
+}
+
+impl StoppableReader {
+    /// Waits until `due` has passed and data is there (or the stream hung up), in the order
+    /// `self.gather` says, and learns the order for the next gather. `false`: stopped.
+    fn gather(&mut self, due: Instant) -> io::Result<bool> {
+        let two_wakes = match self.gather {
+            GatherOrder::SleepFirst => {
+                if !wait_until(due, &self.stop) {
+                    return Ok(false);
+                }
+                // The read loop waits for the data if it is not there yet: a second wake-up.
+                !readable_now(self.file.as_fd())
+            }
+            GatherOrder::DataFirst => {
+                match wait_fd(self.file.as_fd(), &self.stop, None) {
+                    Ok(Woken::Stopped) => return Ok(false),
+                    Ok(_) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                let early = Instant::now() < due;
+                if early && !wait_until(due, &self.stop) {
+                    return Ok(false);
+                }
+                early
+            }
+        };
+        self.gather = self.gather.after(two_wakes);
+        Ok(true)
+    }
 }
 
 /// Marker error: the reader gave up because a stop was requested.
@@ -384,7 +439,7 @@ impl std::error::Error for Stopped {}
 impl Read for StoppableReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(at) = self.trickle_at.take()
-            && !wait_until(at + TRICKLE_GATHER, &self.stop)
+            && !self.gather(at + TRICKLE_GATHER)?
         {
             return Err(io::Error::other(Stopped));
         }
@@ -449,6 +504,7 @@ impl TraceSource {
             stop: StopToken::new(),
             stream,
             trickle_at: None,
+            gather: GatherOrder::SleepFirst,
         };
         Ok(TraceSource {
             path: path.to_string(),
@@ -900,5 +956,73 @@ mod tests {
                 "the one sample was held back while the writer idled"
             );
         });
+    }
+
+    /// A reader on a pipe's read end, in the given gather order, and the write end.
+    fn piped(order: GatherOrder) -> (StoppableReader, File) {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let reader = StoppableReader {
+            file: File::from(read),
+            stop: StopToken::new(),
+            stream: true,
+            trickle_at: None,
+            gather: order,
+        };
+        (reader, File::from(write))
+    }
+
+    #[test]
+    fn the_gather_waits_in_the_order_that_takes_one_wake_up() {
+        let gather = Duration::from_millis(30);
+        // Sleeping first with no data when the sleep ends: the writer is slower than the
+        // gather, so the next gather waits for data first.
+        let (mut r, _w) = piped(GatherOrder::SleepFirst);
+        let began = Instant::now();
+        assert!(r.gather(began + gather).unwrap());
+        assert!(began.elapsed() >= gather);
+        assert_eq!(r.gather, GatherOrder::DataFirst);
+
+        // Sleeping first with data there when the sleep ends: one wake-up, the order stays.
+        let (mut r, mut w) = piped(GatherOrder::SleepFirst);
+        w.write_all(b"1 0 1 1 0x1000 - L dram 0\n").unwrap();
+        assert!(r.gather(Instant::now() + gather).unwrap());
+        assert_eq!(r.gather, GatherOrder::SleepFirst);
+
+        // Data first, arriving after the gather was due: no sleep, the order stays.
+        let (mut r, mut w) = piped(GatherOrder::DataFirst);
+        w.write_all(b"x\n").unwrap();
+        let began = Instant::now();
+        assert!(r.gather(began).unwrap());
+        assert!(began.elapsed() < Duration::from_secs(5));
+        assert_eq!(r.gather, GatherOrder::DataFirst);
+
+        // Data first, arriving before the gather is due: the rest is slept out, and the writer
+        // is faster than the gather, so the next gather sleeps first.
+        let (mut r, mut w) = piped(GatherOrder::DataFirst);
+        w.write_all(b"x\n").unwrap();
+        let began = Instant::now();
+        assert!(r.gather(began + gather).unwrap());
+        assert!(began.elapsed() >= gather);
+        assert_eq!(r.gather, GatherOrder::SleepFirst);
+
+        // A hung-up stream is readable (the read returns its end): no wait for data.
+        let (mut r, w) = piped(GatherOrder::DataFirst);
+        drop(w);
+        assert!(r.gather(Instant::now()).unwrap());
+        assert_eq!(r.gather, GatherOrder::DataFirst);
+    }
+
+    #[test]
+    fn a_gather_ends_on_stop_in_either_order() {
+        for order in [GatherOrder::SleepFirst, GatherOrder::DataFirst] {
+            let (mut r, _w) = piped(order);
+            r.stop.stop();
+            let began = Instant::now();
+            assert!(
+                !r.gather(began + Duration::from_secs(30)).unwrap(),
+                "{order:?}"
+            );
+            assert!(began.elapsed() < Duration::from_secs(5), "{order:?}");
+        }
     }
 }
