@@ -16,7 +16,7 @@ use crate::state::State;
 /// reaches the guest as its own virtio receive buffer, with an interrupt, and costs the relay
 /// one read of the port (a read returns one buffer at most): flushing every 1 ms, a Redis
 /// phase's 41,084 records came in 29,393 buffers, 1.4 records each. The relay reads every
-/// 100 ms (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`), so 25 ms adds at most a quarter of
+/// 200 ms (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`), so 25 ms adds at most an eighth of
 /// that to a sample's delay; a vCPU's ring (8,192 records) that fills between two flushes
 /// drops and counts (`samples_dropped` in the rig's RESULT).
 const FLUSH_EVERY: Duration = Duration::from_millis(25);
