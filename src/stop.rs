@@ -114,6 +114,16 @@ pub fn wait_fd(
     stop: &StopToken,
     timeout: Option<Duration>,
 ) -> Result<Woken, Errno> {
+    wait_any(&[fd], stop, timeout)
+}
+
+/// Waits until one of `fds` is readable (or hung up: a pidfd whose process exited), `stop` is
+/// raised, or `timeout` has passed (`None`: no limit).
+pub fn wait_any(
+    fds: &[BorrowedFd<'_>],
+    stop: &StopToken,
+    timeout: Option<Duration>,
+) -> Result<Woken, Errno> {
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         if stop.is_stopped() {
@@ -128,19 +138,25 @@ pub fn wait_fd(
             (Some(left), None) => Some(left.min(FALLBACK_SLICE)),
             (None, None) => Some(FALLBACK_SLICE),
         };
-        let mut fds = vec![PollFd::new(fd, PollFlags::POLLIN)];
+        let mut polled_fds: Vec<PollFd> = fds
+            .iter()
+            .map(|&fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
         if let Some(wake) = stop.wake_fd() {
-            fds.push(PollFd::new(wake, PollFlags::POLLIN));
+            polled_fds.push(PollFd::new(wake, PollFlags::POLLIN));
         }
         let polled = {
             let _waiting = crate::heartbeat::waiting();
-            poll(&mut fds, poll_timeout(slice))
+            poll(&mut polled_fds, poll_timeout(slice))
         };
         match polled {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e),
         }
-        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+        if polled_fds[..fds.len()]
+            .iter()
+            .any(|p| p.revents().is_some_and(|r| !r.is_empty()))
+        {
             return Ok(Woken::Ready);
         }
     }

@@ -444,9 +444,10 @@ pub static SETTINGS: &[Setting] = &[
     Setting::int("scope_refresh_ms", 10, 600_000, field!(scope_refresh_ms))
         .flag("scope-refresh-ms", "MS")
         .help(
-            "How often the managed set is re-read from /proc and the cgroups [default: {default}]",
+            "How often the managed set is re-read from /proc and the cgroups; with pids \
+             alone, it is re-read when one of them exits instead [default: {default}]",
         )
-        .doc("how often the managed set is re-read"),
+        .doc("how often the managed set is re-read (with `pids` alone: when one exits instead)"),
     Setting::switch("admission.split", field!(admission.split))
         .flag("split-thp", "")
         .help("Split THPs to the hot mTHP size before promoting (TierBPF); needs debugfs")
