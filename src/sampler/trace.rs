@@ -352,8 +352,8 @@ impl LineBuf {
 const TRICKLE_BYTES: usize = 4096;
 
 /// How long a trickle is left to gather: a writer that sends a line or two at a time would
-/// otherwise wake the source thread for each, and on the TCG guest each wake-up cost about 1.4
-/// ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). It matches the perf sampler's drain
+/// otherwise wake the source thread for each, and on the TCG guest each wake-up of an idle
+/// pghotd cost about 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). It matches the perf sampler's drain
 /// interval, so a trace sample waits no longer than a hardware one. A fast writer fills reads,
 /// never waits, and is never held back.
 const TRICKLE_GATHER: Duration = Duration::from_millis(100);
@@ -362,9 +362,9 @@ const TRICKLE_GATHER: Duration = Duration::from_millis(100);
 /// data is one wake-up when the writer sends more often than that (the data is there when the
 /// sleep ends) and two when it sends less often (the sleep ends on nothing); waiting for data
 /// first and then sleeping out the rest is the other way round. The rig's guest relay writes a
-/// batch every 200 ms (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`): sleeping first woke
-/// pghotd's source thread 1.5 times per batch (987 voluntary switches in a 65 s Redis phase of
-/// about 650 batches, t33w in BENCHMARKS.md).
+/// batch every 100 ms and the batch's own time (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`):
+/// sleeping first woke pghotd's source thread 1.5 times per batch (987 voluntary switches in a
+/// 65 s Redis phase of about 650 batches, t33w in BENCHMARKS.md "Fewer wake-ups").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GatherOrder {
     SleepFirst,

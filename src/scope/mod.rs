@@ -9,9 +9,10 @@
 //! namespace and translated through `/proc/PID/status` NSpid into pghotd's own.
 //!
 //! Threads: the [`ScopeTracker`] runs on `pghot-scope`, re-reading `/proc` and the cgroups
-//! every `scope_refresh_ms` (with `pids` alone, when one of them exits) and publishing the result into the shared [`Scope`]: a bitmap of
-//! pids (one relaxed load per sample in `ingest`) and each member's [`Identity`]
-//! (start time). The first refresh runs before any source starts.
+//! every `scope_refresh_ms` (with `pids` alone, when one of them exits) and publishing the
+//! result into the shared [`Scope`]: a bitmap of pids (one relaxed load per sample in
+//! `ingest`) and each member's [`Identity`] (start time). The first refresh runs before any
+//! source starts.
 //!
 //! Before every move, [`guard::GuardedMover`] opens a pidfd on the pid, compares the
 //! process's start time with the identity the tracker recorded and checks through the pidfd
@@ -593,7 +594,7 @@ mod tests {
         });
         t.refresh().unwrap();
         assert!(matches!(t.next_wait(), NextWait::Clock));
-        // A name or a cgroup selects processes that come and go.
+        // A name filter drops a member that execs another program: the clock must look.
         let mut t = tracker(ScopeSelector {
             pids: vec![pid],
             comm: Some(Regex::new("^sleep$").unwrap()),
