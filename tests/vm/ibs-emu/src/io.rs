@@ -14,12 +14,15 @@ use crate::state::State;
 
 /// The writer flushes the rings this often (the samples' delay on the host side). Each write
 /// reaches the guest as its own virtio receive buffer, with an interrupt, and costs the relay
-/// one read of the port (a read returns one buffer at most): flushing every 1 ms, a Redis
-/// phase's 41,084 records came in 29,393 buffers, 1.4 records each. The relay reads every
-/// 200 ms (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`), so 25 ms adds at most an eighth of
-/// that to a sample's delay; a vCPU's ring (8,192 records) that fills between two flushes
-/// drops and counts (`samples_dropped` in the rig's RESULT).
-const FLUSH_EVERY: Duration = Duration::from_millis(25);
+/// one read of the port, a system call (a read returns one buffer at most): flushing every
+/// 1 ms, a Redis phase's 41,084 records came in 29,393 buffers, 1.4 records each; every 25 ms,
+/// 164,304 came in 11,957 buffers, seven and a half times the relay's 1,591 batches (t33a,
+/// BENCHMARKS.md "Fewer wake-ups"). The relay reads every 100 ms
+/// (tests/vm/ibs-emu/guest/src/relay.rs `GATHER`), so a sample waits at most 200 ms of guest
+/// time before it is read, 4 ms of the program's at the rig's dilation; a vCPU's ring (8,192
+/// records) that fills between two flushes drops and counts (`samples_dropped` in the rig's
+/// RESULT).
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
 const RETRY_EVERY: Duration = Duration::from_millis(100);
 /// (task, cause) pairs a MISSES answer lists one by one (the rest summed): a Redis phase has
 /// a few hundred, most of them one-round redis-benchmark processes.

@@ -375,7 +375,7 @@ fn run_watched(argv: &[String]) -> Res<CheckRun> {
     let status = child.wait().map_err(|e| e.to_string())?;
     let end_at = Instant::now();
     let (counts, recs) = ctl.dump()?;
-    // The records the writer flushed by now (every 25 ms) reach us within a few tens of ms.
+    // The records the writer flushed by now (every 100 ms) reach us within about 100 ms.
     thread::sleep(Duration::from_millis(200));
     let (got, skipped) = reader.finish()?;
     if !status.success() {

@@ -49,13 +49,15 @@ const SEARCHES_PER_S: u64 = 25;
 /// CPU is taken from the program's vCPUs: a Redis phase at 4 ms took 25,658 batches and 24 s
 /// of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s (BENCHMARKS.md, "Redis on
 /// the Debian guest: what pghotd cost the guest"), with `--only` still 7,401 batches of 5.3
-/// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 100 ms the relay still
-/// woke 12 times a second and pghotd's source thread, woken by each batch, 15 (t33w,
-/// BENCHMARKS.md "Fewer wake-ups"); at 200 ms a sample waits at most 4 ms of the program's own
-/// time (the rig's dilation D = 50 stretches the program's time 50-fold, tests/vm/README.md
-/// "Time dilation"), where a real IBS sampler's poll may hold it 100 ms
+/// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 200 ms (t33a,
+/// BENCHMARKS.md "Fewer wake-ups") the relay woke 5 times a second instead of 12 and took
+/// about as much CPU (4.55 s against 4.6-4.8): past this point its cost is per record, and per
+/// read of the port, whose count the plugin's flushes set (tests/vm/ibs-emu/src/io.rs
+/// `FLUSH_EVERY`). With the plugin's 100 ms a sample waits at most 4 ms of the program's own
+/// time here (the rig's dilation D = 50 stretches the program's time 50-fold,
+/// tests/vm/README.md "Time dilation"), where a real IBS sampler's poll may hold it 100 ms
 /// (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
-const GATHER: Duration = Duration::from_millis(200);
+const GATHER: Duration = Duration::from_millis(100);
 /// One in this many records the task channel named (and `--only` kept) is checked against
 /// pagemap: a read per 64 records costs the relay little, and a Redis phase's 40,000 such
 /// records give over 600 checks.
