@@ -554,14 +554,19 @@ mod tests {
         ScopeTracker::new(selector, ProcFs::default()).unwrap()
     }
 
+    /// A tracker of `pids` alone.
+    fn pids_tracker(pids: Vec<u32>) -> ScopeTracker {
+        tracker(ScopeSelector {
+            pids,
+            ..ScopeSelector::default()
+        })
+    }
+
     #[test]
     fn a_member_that_exits_leaves_the_scope_without_waiting_for_the_clock() {
         let mut child = sleeper();
         let pid = child.id();
-        let mut t = tracker(ScopeSelector {
-            pids: vec![pid],
-            ..ScopeSelector::default()
-        });
+        let mut t = pids_tracker(vec![pid]);
         t.refresh().unwrap();
         assert!(matches!(t.next_wait(), NextWait::Exits(fds) if fds.len() == 1));
         let scope = Arc::clone(t.scope());
@@ -588,10 +593,7 @@ mod tests {
         let mut child = sleeper();
         let pid = child.id();
         // A pid not seen yet may still appear: the clock keeps looking.
-        let mut t = tracker(ScopeSelector {
-            pids: vec![pid, PID_LIMIT - 1],
-            ..ScopeSelector::default()
-        });
+        let mut t = pids_tracker(vec![pid, PID_LIMIT - 1]);
         t.refresh().unwrap();
         assert!(matches!(t.next_wait(), NextWait::Clock));
         // A name filter drops a member that execs another program: the clock must look.
@@ -615,10 +617,7 @@ mod tests {
         assert!(matches!(t.next_wait(), NextWait::Clock));
         // The member exited (a zombie until reaped): refreshed at once, which retires it; then
         // nothing is left to watch.
-        let mut t = tracker(ScopeSelector {
-            pids: vec![pid],
-            ..ScopeSelector::default()
-        });
+        let mut t = pids_tracker(vec![pid]);
         t.refresh().unwrap();
         child.kill().unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
