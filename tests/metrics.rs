@@ -60,6 +60,7 @@ fn rich_snapshot() -> Snapshot {
         tracked_pages: 21,
         max_tracked_pages: 1 << 20,
         heat_floor_samples: Some(3.5),
+        fast_nodes_short: None,
         nodes: vec![
             node(0, "top"),
             node(1, "top"),

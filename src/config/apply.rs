@@ -124,6 +124,20 @@ impl Config {
                 ),
             });
         }
+        if p.hot_share_room_mb > 0
+            && (p.hot_share_pct == 0 || p.hot_share_pct >= 100)
+            && let Some(origin) = here(&["hot_share_room_mb", "hot_share_pct"])
+        {
+            return Err(ConfigError::Invalid {
+                origin,
+                key: "hot_share_room_mb",
+                detail: format!(
+                    "{} MiB lets hot_share_pct stand aside while the fast tier has room, and \
+                     hot_share_pct ({}) is off: set hot_share_pct to 1..=99 first",
+                    p.hot_share_room_mb, p.hot_share_pct
+                ),
+            });
+        }
         let m = &self.migrator;
         if m.demote
             && m.demote_free_pct <= m.promote_min_free_pct

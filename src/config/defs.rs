@@ -202,18 +202,41 @@ pub static SETTINGS: &[Setting] = &[
     .help(
         "Move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the hot_share_pct floor (the lowest drawn in the last 20 s of \
-         samples), whatever the free memory and within promote_rate_limit_MBps (not while \
-         paused), except a page in a large folio; \
+         samples), whatever the free memory (with hot_share_room_mb, only what a short fast \
+         node lacks) and within promote_rate_limit_MBps (not while paused), except a page in \
+         a large folio; \
          corrects promotions made on a few samples; needs hot_share_pct; 0: off \
          [default: {default}]",
     )
     .doc(
         "move a page pghotd promoted back to its lower tier once its heat falls under this \
          percentage of the `hot_share_pct` floor (the lowest drawn in the last 20 s of \
-         samples), whatever the free memory and within `promote_rate_limit_MBps`, not while \
-         paused (`pgdemote_below_floor`); a page in a \
+         samples), whatever the free memory (with `hot_share_room_mb`, only what a short \
+         fast node lacks) and within `promote_rate_limit_MBps`, not while paused \
+         (`pgdemote_below_floor`); a page in a \
          large folio stays (`pgdemote_held_large_folio`: moving it moves the folio); corrects \
          promotions made on a few samples; needs `hot_share_pct`; 0: off",
+    )
+    .runtime(),
+    Setting::int(
+        "hot_share_room_mb",
+        0,
+        1 << 20,
+        field!(policy.hot_share_room_mb),
+    )
+    .flag("hot-share-room-mb", "MIB")
+    .help(
+        "While every fast node has this many MiB or more free above promote_min_free_pct, \
+         hot_share_pct and demote_below_floor_pct stand aside and every candidate is promoted; \
+         a node is short under it and has room again a quarter above it, and only what it \
+         lacks is moved back; needs hot_share_pct; 0: they always act [default: {default}]",
+    )
+    .doc(
+        "while every fast node has this many MiB or more free above `promote_min_free_pct`, \
+         `hot_share_pct` and `demote_below_floor_pct` stand aside and every candidate is \
+         promoted (`pghotd_fast_nodes_short`); a node is short under it and has room again a \
+         quarter above it, and only what it lacks is moved back; needs `hot_share_pct`; 0: \
+         they always act",
     )
     .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))

@@ -528,6 +528,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("heat_halflife_ms", "1000", Some((1, 3_600_000))),
     ("hot_share_pct", "0", Some((0, 100))),
     ("demote_below_floor_pct", "0", Some((0, 99))),
+    ("hot_share_room_mb", "0", Some((0, 1 << 20))),
     ("pids", "[]", Some((1, 4_194_303))),
     ("dry_run", "false", None),
     ("demote", "false", None),
@@ -637,6 +638,7 @@ fn runtime_keys_are_the_documented_ones() {
             "freq_threshold",
             "heat_halflife_ms",
             "hot_share_pct",
+            "hot_share_room_mb",
             "migrate_batch",
             "migrate_hold_ms",
             "migrate_interval_ms",
@@ -812,6 +814,21 @@ fn groff_reads_the_man_page_without_warnings() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn room_for_the_share_to_stand_aside_needs_a_share() {
+    let err = Config::default()
+        .with_setting("hot_share_room_mb", "24")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hot_share_room_mb"), "{err}");
+    assert!(err.contains("hot_share_pct (0) is off"), "{err}");
+    let c = Config::default()
+        .with_setting("hot_share_pct", "80")
+        .and_then(|c| c.with_setting("hot_share_room_mb", "24"))
+        .unwrap();
+    assert_eq!(c.policy.hot_share_room_mb, 24);
 }
 
 #[test]

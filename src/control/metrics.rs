@@ -286,6 +286,16 @@ impl Writer {
             );
             self.sample("pghotd_heat_floor", &[], format!("{floor:.3}"));
         }
+        if let Some(short) = snap.fast_nodes_short {
+            self.family(
+                "pghotd_fast_nodes_short",
+                "gauge",
+                "",
+                "fast nodes short of hot_share_room_mb at their last reading (hot_share_pct \
+                 acts while one is); absent while hot_share_room_mb is off",
+            );
+            self.sample("pghotd_fast_nodes_short", &[], short.to_string());
+        }
     }
 
     /// One sample per kind of competing promoter: 1 while one is found, else 0.
@@ -602,6 +612,7 @@ mod tests {
             tracked_pages: 3,
             max_tracked_pages: 1024,
             heat_floor_samples: Some(2.5),
+            fast_nodes_short: Some(1),
             nodes: vec![node(0, "top"), node(1, "lower"), node(2, "lower")],
             pids: vec![PidRow {
                 pid: 42,
@@ -647,6 +658,8 @@ mod tests {
             "pghotd_paused 1",
             "# TYPE pghotd_heat_floor gauge",
             "pghotd_heat_floor 2.500",
+            "# TYPE pghotd_fast_nodes_short gauge",
+            "pghotd_fast_nodes_short 1",
             "# TYPE pghotd_conflicts gauge",
             "pghotd_conflicts{kind=\"numa_balancing\"} 1",
             "pghotd_conflicts{kind=\"pghotd\"} 0",

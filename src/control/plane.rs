@@ -255,6 +255,8 @@ impl ControlPlane {
             tracked_pages: table.len() as u64,
             max_tracked_pages: table.max_tracked_pages() as u64,
             heat_floor_samples: table.heat_floor_standing(),
+            fast_nodes_short: (table.policy().hot_share_room_mb > 0)
+                .then(|| table.short_nodes().count_ones()),
             nodes: self.node_rows(),
             pids,
             pids_omitted: omitted,

@@ -41,6 +41,7 @@
 pub mod candidate;
 pub mod entry;
 pub mod fallen;
+pub mod room;
 pub mod share;
 pub mod window;
 
@@ -77,6 +78,10 @@ pub struct HotnessConfig {
     /// Pages pghotd promoted whose heat falls under this percentage of the `hot_share_pct`
     /// floor are handed to the migrators to move back (see [`fallen`]); 0: off.
     pub demote_below_floor_pct: u8,
+    /// With this many MiB of room or more on every fast node (free memory above
+    /// `promote_min_free_pct`), `hot_share_pct` and `demote_below_floor_pct` stand aside (see
+    /// [`room`]); 0: they always act.
+    pub hot_share_room_mb: u32,
 }
 
 impl Default for HotnessConfig {
@@ -88,6 +93,7 @@ impl Default for HotnessConfig {
             heat_halflife_ms: 1000,
             hot_share_pct: 0,
             demote_below_floor_pct: 0,
+            hot_share_room_mb: 0,
         }
     }
 }
@@ -138,6 +144,8 @@ pub struct HotTable {
     /// With `demote_below_floor_pct`, the pages pghotd promoted, per fast node (see
     /// [`fallen`]).
     promoted_lists: Mutex<fallen::PromotedLists>,
+    /// `hot_share_room_mb` and the fast nodes the migrators found short of it ([`room`]).
+    room: room::FastRoom,
 }
 
 /// The heat-floor passes' state: which slice of the shards the next reads, and each slice's
@@ -183,6 +191,7 @@ impl HotTable {
             heat_slices: Mutex::new(HeatSlices::default()),
             demote_below_floor_pct: AtomicU32::new(0),
             promoted_lists: Mutex::new(fallen::PromotedLists::default()),
+            room: room::FastRoom::default(),
         };
         table.set_policy(policy);
         table
@@ -201,6 +210,7 @@ impl HotTable {
             .store(u32::from(policy.hot_share_pct), Ordering::Relaxed);
         self.demote_below_floor_pct
             .store(u32::from(policy.demote_below_floor_pct), Ordering::Relaxed);
+        self.room.set_wanted_mb(policy.hot_share_room_mb);
         self.list_promoted(policy.demote_below_floor_pct > 0);
         self.retune_window();
         self.retune_heat_floor();
@@ -325,6 +335,24 @@ impl HotTable {
         fallen
     }
 
+    /// A migrator read the room of `node`, a fast node (kB free above the promotion reserve;
+    /// `None`: could not read it): records whether it is short of `hot_share_room_mb` and
+    /// says how much of what fell under the floor to move back from it (see [`room`]).
+    pub fn observe_room(&self, node: NodeId, room_kb: Option<u64>) -> room::MoveBack {
+        self.room.observe(node, room_kb)
+    }
+
+    /// The fast nodes short of `hot_share_room_mb` at their last reading (bit n: node n); 0
+    /// while it is off.
+    pub fn short_nodes(&self) -> u64 {
+        self.room.short_nodes()
+    }
+
+    /// Whether `hot_share_pct`'s floor acts on candidates now (see [`room`]).
+    pub fn share_applies(&self) -> bool {
+        self.room.share_applies()
+    }
+
     /// Lists pages pghotd promotes while `demote_below_floor_pct` is set (starting with those
     /// promoted already, from a walk of the table), or stops and forgets.
     fn list_promoted(&self, on: bool) {
@@ -395,6 +423,7 @@ impl HotTable {
             heat_halflife_ms: self.heat_halflife_ms.load(Ordering::Relaxed),
             hot_share_pct: self.hot_share_pct.load(Ordering::Relaxed) as u8,
             demote_below_floor_pct: self.demote_below_floor_pct.load(Ordering::Relaxed) as u8,
+            hot_share_room_mb: self.room.wanted_mb(),
         }
     }
 
@@ -457,7 +486,11 @@ impl HotTable {
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
         let threshold = self.freq_threshold.load(Ordering::Relaxed);
-        let floor = self.floor();
+        let floor = if self.room.share_applies() {
+            self.floor()
+        } else {
+            share::DrawnFloor::OFF
+        };
         let window = self.effective_window_ms.load(Ordering::Relaxed);
         let halflife = self.heat_halflife_ms.load(Ordering::Relaxed);
         let now = to_ms(access.time_ns);
@@ -721,6 +754,7 @@ mod tests {
             heat_halflife_ms: 1000,
             hot_share_pct: 0,
             demote_below_floor_pct: 0,
+            hot_share_room_mb: 0,
         }
     }
 
@@ -796,6 +830,47 @@ mod tests {
         assert_eq!(t.heat_floor(), Some(0.0));
         assert_eq!(t.heat_floor_standing(), None);
         assert_eq!(t.record(&access(1, 102, 410)), Recorded::Candidate);
+    }
+
+    #[test]
+    fn with_room_on_every_fast_node_the_floor_stands_aside() {
+        // As above: ten pages of 100 samples and 90 of one put the floor at about 96 samples,
+        // so a one-sample page's second sample is held back while the floor acts.
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                hot_share_room_mb: 16,
+                ..policy(2, 3_600_000)
+            },
+        );
+        for page in 1..=10 {
+            (0..100).for_each(|k| _ = t.record(&access(1, page, k)));
+        }
+        for page in 100..190 {
+            t.record(&access(1, page, 200));
+        }
+        t.set_recorded_rate(1.0);
+        assert!(
+            t.heat_floor().is_some_and(|f| f > 90.0),
+            "{:?}",
+            t.heat_floor()
+        );
+        // No fast node read yet: the floor acts.
+        assert!(t.share_applies());
+        assert_eq!(t.record(&access(1, 100, 300)), Recorded::Tracked);
+        // Nodes 0 and 1 have 16 MiB (16,384 kB) of room or more: it stands aside.
+        assert_eq!(t.observe_room(0, Some(16_384)), room::MoveBack::UpToKb(0));
+        assert_eq!(t.observe_room(1, Some(40_000)), room::MoveBack::UpToKb(0));
+        assert_eq!(t.short_nodes(), 0);
+        assert_eq!(t.record(&access(1, 101, 310)), Recorded::Candidate);
+        // Node 1 falls 1 kB short: the floor acts for every candidate again.
+        assert_eq!(t.observe_room(1, Some(16_383)), room::MoveBack::UpToKb(1));
+        assert_eq!(t.short_nodes(), 0b10);
+        assert_eq!(t.record(&access(1, 102, 320)), Recorded::Tracked);
+        // The setting follows the policy.
+        assert_eq!(t.policy().hot_share_room_mb, 16);
     }
 
     #[test]

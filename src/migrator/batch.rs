@@ -89,10 +89,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Pages the destination can take before reaching its watermark; unlimited when its free
     /// memory cannot be read (e.g. a replayed trace names a node this machine lacks).
     fn watermark_room(&mut self, to: NodeId, page_bytes: u64) -> usize {
-        let Some(node) = self.topology.node(to) else {
+        let Some(reserve_kb) = self.reserve_kb(to) else {
             return usize::MAX;
         };
-        let reserve_kb = node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100;
         match self.free_kb_in_batch(to) {
             Ok(free_kb) => {
                 let room_kb = free_kb.saturating_sub(reserve_kb);
@@ -106,6 +105,21 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 usize::MAX
             }
         }
+    }
+
+    /// What promotion leaves free on `node`: `promote_min_free_pct` of its memory; `None` for
+    /// a node this machine lacks.
+    fn reserve_kb(&self, node: NodeId) -> Option<u64> {
+        let node = self.topology.node(node)?;
+        Some(node.mem_total_kb * u64::from(self.config.promote_min_free_pct) / 100)
+    }
+
+    /// `node`'s room now, read afresh: free memory above the reserve; `None` when either
+    /// cannot be read.
+    pub(super) fn room_kb(&self, node: NodeId) -> Option<u64> {
+        let reserve_kb = self.reserve_kb(node)?;
+        let free_kb = self.free.free_kb(node).ok()?;
+        Some(free_kb.saturating_sub(reserve_kb))
     }
 
     /// The destination's free memory: read at its first use in a batch, then that reading

@@ -5,6 +5,7 @@
 use super::ratelimit::Clock;
 use super::{Migrator, audit, demote};
 use crate::hotness::PageKey;
+use crate::hotness::room::MoveBack;
 use crate::movepages::{Mover, STATUS_UNWRITTEN};
 use crate::stats::Counter;
 use crate::topology::NodeId;
@@ -52,10 +53,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             };
             self.requery_ranges(&ranges);
         }
+        let move_back = self.read_room();
         if self.config.dry_run {
             return;
         }
-        self.demote_fallen();
+        self.demote_fallen(&move_back);
         if !self.config.demote {
             return;
         }
@@ -82,12 +84,23 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// fast nodes whose heat fell under `demote_below_floor_pct` of the heat floor (see
     /// `hotness::fallen`); what the budget leaves is found again at a later upkeep. Paused
     /// (`pghotctl pause`), pghotd moves nothing of its own accord: this waits too.
-    fn demote_fallen(&mut self) {
+    fn demote_fallen(&mut self, move_back: &[(NodeId, MoveBack)]) {
         if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let mut fallen = self.table.take_fallen(&self.demotes_from);
-        self.hold_large_folios(&mut fallen);
+        let mut fallen = Vec::new();
+        for &(node, most) in move_back {
+            if most == MoveBack::UpToKb(0) {
+                continue;
+            }
+            let mut from_node = self.table.take_fallen(&[node]);
+            self.hold_large_folios(&mut from_node);
+            if let MoveBack::UpToKb(kb) = most {
+                let pages = (kb * 1024).div_ceil(crate::hotness::PAGE_SIZE);
+                from_node.truncate(usize::try_from(pages).unwrap_or(usize::MAX));
+            }
+            fallen.append(&mut from_node);
+        }
         if fallen.is_empty() {
             return;
         }
@@ -98,6 +111,22 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         fallen.truncate(allowed);
         let moved = self.demote_pages(fallen);
         self.stats.add(Counter::PgdemoteBelowFloor, moved);
+    }
+
+    /// With `hot_share_room_mb`, reads each of this migrator's fast nodes' room (free memory
+    /// above the `promote_min_free_pct` reserve, as the watermark counts it) for the table,
+    /// which applies the heat floor while one is short (see `hotness::room`); returns what to
+    /// move back from each. Off, nothing is read and everything fallen may go back.
+    fn read_room(&mut self) -> Vec<(NodeId, MoveBack)> {
+        let on = self.table.policy().hot_share_room_mb > 0;
+        self.demotes_from
+            .clone()
+            .into_iter()
+            .map(|node| {
+                let room_kb = if on { self.room_kb(node) } else { None };
+                (node, self.table.observe_room(node, room_kb))
+            })
+            .collect()
     }
 
     /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and

@@ -337,6 +337,11 @@ pub struct Snapshot {
     /// `hot_share_pct` is off or no floor is drawn yet (and from daemons before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heat_floor_samples: Option<f64>,
+    /// Fast nodes short of `hot_share_room_mb` at their migrator's last reading: while one
+    /// is, `hot_share_pct` acts; absent while `hot_share_room_mb` is off (and from daemons
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_nodes_short: Option<u32>,
     pub nodes: Vec<NodeRow>,
     /// Processes, busiest (most samples) first.
     pub pids: Vec<PidRow>,

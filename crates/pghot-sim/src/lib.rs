@@ -361,6 +361,8 @@ impl PghotdEngine {
                 heat_halflife_ms: policy.heat_halflife_ms,
                 hot_share_pct: policy.hot_share_pct,
                 demote_below_floor_pct: policy.demote_below_floor_pct,
+                // hot_share_room_mb stays off: the simulated policies have no such knob.
+                ..HotnessConfig::default()
             },
             target_nid: Some(FAST),
             migrator: config,

@@ -565,6 +565,9 @@ fn print_stats(snap: &Snapshot, prev: Option<&Snapshot>, pids: bool) -> anyhow::
     if let Some(floor) = snap.heat_floor_samples {
         writeln!(out, "{:<32} {floor:>14.3}", "heat_floor_samples")?;
     }
+    if let Some(short) = snap.fast_nodes_short {
+        writeln!(out, "{:<32} {short:>14}", "fast_nodes_short")?;
+    }
     if pids {
         writeln!(
             out,

@@ -244,3 +244,46 @@ fn our_pages_under_a_share_of_the_heat_floor_go_back_whatever_the_free_memory() 
         assert_eq!(on_slow, if back > 0 { vec![2, 3] } else { vec![] });
     }
 }
+
+#[test]
+fn with_hot_share_room_only_what_a_short_node_lacks_goes_back() {
+    // As above, pages 2 and 3 of the four on node 0 are under 50 % of the floor; node 1 keeps
+    // the fake's 1 TiB free. By hand: 16 MiB of room is 16,384 kB above node 0's 20,614 kB
+    // reserve; a node has room again at a quarter more, 20,480 kB.
+    let (mut rig, free) = rig_with_promoted(false, 4, 4);
+    for page in 0..2 {
+        (0..100).for_each(|_| fast_sample(&rig, page, 1));
+    }
+    rig.table.set_policy(HotnessConfig {
+        heat_halflife_ms: 3_600_000,
+        hot_share_pct: 80,
+        demote_below_floor_pct: 50,
+        hot_share_room_mb: 16,
+        ..rig.table.policy()
+    });
+    (0..8).for_each(|_| rig.table.set_recorded_rate(1.0));
+    let below_floor = |rig: &Rig| counter(rig, Counter::PgdemoteBelowFloor);
+    // Room on both: the share stands aside and nothing goes back.
+    rig.migrator.maintain();
+    assert!(!rig.table.share_applies());
+    assert_eq!(below_floor(&rig), 0);
+    // Node 0 is 4 kB short: one 4 KiB page goes back, the first of the two by address.
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 16_384 - 4);
+    rig.migrator.maintain();
+    assert!(rig.table.share_applies());
+    assert_eq!(rig.table.short_nodes(), 0b1);
+    assert_eq!(below_floor(&rig), 1);
+    assert_eq!(rig.mover.0.lock().pages[&(10, 2 * PAGE_SIZE)], SLOW);
+    // With the setting's room again it stays short until a quarter above, moving nothing.
+    for room_kb in [16_384, 20_479] {
+        free.0.lock().insert(0, NODE0_RESERVE_KB + room_kb);
+        rig.migrator.maintain();
+        assert!(rig.table.share_applies(), "{room_kb}");
+        assert_eq!(below_floor(&rig), 1, "{room_kb}");
+    }
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 20_480);
+    rig.migrator.maintain();
+    assert!(!rig.table.share_applies());
+    assert_eq!(below_floor(&rig), 1);
+    assert_eq!(rig.mover.0.lock().pages[&(10, 3 * PAGE_SIZE)], 0);
+}

@@ -36,6 +36,7 @@ fn snapshot(uptime_s: f64, total: u64, dropped: u64, bytes0: u64, samples: [u64;
         tracked_pages: 12_345,
         max_tracked_pages: 1 << 20,
         heat_floor_samples: None,
+        fast_nodes_short: None,
         nodes: vec![
             NodeRow {
                 node: 0,
