@@ -119,19 +119,21 @@ field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 # field_or_null LINE KEY: the same, or null for a field the line lacks (a JSON number or null).
 field_or_null() { local v; v=$(field "$1" "$2"); echo "${v:-null}"; }
 
-# pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M" from
-# `pghotctl stats` (the floor as it stands, in samples, or "-" without one; pgpromote_success
-# and pgdemote_below_floor so far), to read a round's hot-set share against; nothing otherwise.
+# pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M short=S"
+# from `pghotctl stats` (the floor as it stands, in samples, or "-" without one;
+# pgpromote_success and pgdemote_below_floor so far; the fast nodes short of hot_share_room_mb,
+# "-" while it is off), to read a round's hot-set share against; nothing otherwise.
 # Counters only: `--json` and `--pids` make pghotd read its whole table, seconds in this guest.
 pghotd_round_state() {
 	case $scenario in pghotd-*) ;; *) return 0 ;; esac
 	pghotctl stats 2> /dev/null | awk '
 		{ v[$1] = $2 }
 		END {
-			printf " heat_floor=%s promoted=%s moved_back=%s", \
+			printf " heat_floor=%s promoted=%s moved_back=%s short=%s", \
 				("heat_floor_samples" in v ? v["heat_floor_samples"] : "-"), \
 				("pgpromote_success" in v ? v["pgpromote_success"] : "-"), \
-				("pgdemote_below_floor" in v ? v["pgdemote_below_floor"] : "-")
+				("pgdemote_below_floor" in v ? v["pgdemote_below_floor"] : "-"), \
+				("fast_nodes_short" in v ? v["fast_nodes_short"] : "-")
 		}'
 }
 
