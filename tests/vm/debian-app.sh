@@ -10,7 +10,7 @@
 # phase's start, read at its end through the pghot.ctl port).
 #   PGHOT-APP-ROUND n=... ops_per_s=... p50_ms=... p99_ms=...   one per round
 #   PGHOT-APP-SNAP n=... samples_sent_dropped=SENT/DROPPED         after each round's snapshot
-#                  [heat_floor=F promoted=N moved_back=M]         (pghotd scenarios)
+#                  [heat_floor=F promoted=N moved_back=M short=S] (pghotd scenarios)
 #   RESULT {json}                                               the scenario's figures
 #   PGHOT-RIG-ERROR text                                        something went wrong
 set -u
