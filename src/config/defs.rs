@@ -226,17 +226,18 @@ pub static SETTINGS: &[Setting] = &[
     )
     .flag("hot-share-room-mb", "MIB")
     .help(
-        "While every fast node has this many MiB or more free above promote_min_free_pct, \
-         hot_share_pct and demote_below_floor_pct stand aside and every candidate is promoted; \
-         a node is short under it and has room again a quarter above it, and only what it \
-         lacks is moved back; needs hot_share_pct; 0: they always act [default: {default}]",
+        "While a fast node has this many MiB or more free above promote_min_free_pct, \
+         hot_share_pct and demote_below_floor_pct stand aside for it: every candidate bound \
+         there is promoted and nothing goes back; a node is short under it and has room again \
+         a quarter above it, and a short node moves back only what it lacks; needs \
+         hot_share_pct; 0: they always act [default: {default}]",
     )
     .doc(
-        "while every fast node has this many MiB or more free above `promote_min_free_pct`, \
-         `hot_share_pct` and `demote_below_floor_pct` stand aside and every candidate is \
-         promoted (`pghotd_fast_nodes_short`); a node is short under it and has room again a \
-         quarter above it, and only what it lacks is moved back; needs `hot_share_pct`; 0: \
-         they always act",
+        "while a fast node has this many MiB or more free above `promote_min_free_pct`, \
+         `hot_share_pct` and `demote_below_floor_pct` stand aside for it: every candidate \
+         bound there is promoted and nothing goes back (`pghotd_fast_nodes_short`); a node is \
+         short under it and has room again a quarter above it, and a short node moves back \
+         only what it lacks; needs `hot_share_pct`; 0: they always act",
     )
     .runtime(),
     Setting::ints("pids", PID.0, PID.1, field!(pids))

@@ -78,7 +78,7 @@ pub struct HotnessConfig {
     /// Pages pghotd promoted whose heat falls under this percentage of the `hot_share_pct`
     /// floor are handed to the migrators to move back (see [`fallen`]); 0: off.
     pub demote_below_floor_pct: u8,
-    /// With this many MiB of room or more on every fast node (free memory above
+    /// For a fast node with this many MiB of room or more (free memory above
     /// `promote_min_free_pct`), `hot_share_pct` and `demote_below_floor_pct` stand aside (see
     /// [`room`]); 0: they always act.
     pub hot_share_room_mb: u32,
@@ -348,9 +348,10 @@ impl HotTable {
         self.room.short_nodes()
     }
 
-    /// Whether `hot_share_pct`'s floor acts on candidates now (see [`room`]).
-    pub fn share_applies(&self) -> bool {
-        self.room.share_applies()
+    /// Whether `hot_share_pct`'s floor acts now on candidates bound for `to` (`None`: for any
+    /// node; see [`room`]).
+    pub fn share_applies(&self, to: Option<NodeId>) -> bool {
+        self.room.share_applies(to)
     }
 
     /// Lists pages pghotd promotes while `demote_below_floor_pct` is set (starting with those
@@ -482,11 +483,19 @@ impl HotTable {
         (shard, hash)
     }
 
-    /// Records an access to a lower-tier page.
+    /// Records an access to a lower-tier page, its promotion bound for no node in particular:
+    /// with `hot_share_room_mb`, the floor acts while any fast node is short.
     #[inline]
     pub fn record(&self, access: &Access) -> Recorded {
+        self.record_bound_for(access, None)
+    }
+
+    /// Records an access to a lower-tier page that would be promoted to `to`: with
+    /// `hot_share_room_mb`, the floor acts while that node is short (see [`room`]).
+    #[inline]
+    pub fn record_bound_for(&self, access: &Access, to: Option<NodeId>) -> Recorded {
         let threshold = self.freq_threshold.load(Ordering::Relaxed);
-        let floor = if self.room.share_applies() {
+        let floor = if self.room.share_applies(to) {
             self.floor()
         } else {
             share::DrawnFloor::OFF
@@ -833,7 +842,7 @@ mod tests {
     }
 
     #[test]
-    fn with_room_on_every_fast_node_the_floor_stands_aside() {
+    fn the_floor_stands_aside_for_a_fast_node_with_room() {
         // As above: ten pages of 100 samples and 90 of one put the floor at about 96 samples,
         // so a one-sample page's second sample is held back while the floor acts.
         let t = HotTable::new(
@@ -858,17 +867,25 @@ mod tests {
             t.heat_floor()
         );
         // No fast node read yet: the floor acts.
-        assert!(t.share_applies());
+        assert!(t.share_applies(None));
         assert_eq!(t.record(&access(1, 100, 300)), Recorded::Tracked);
         // Nodes 0 and 1 have 16 MiB (16,384 kB) of room or more: it stands aside.
         assert_eq!(t.observe_room(0, Some(16_384)), room::MoveBack::UpToKb(0));
         assert_eq!(t.observe_room(1, Some(40_000)), room::MoveBack::UpToKb(0));
         assert_eq!(t.short_nodes(), 0);
         assert_eq!(t.record(&access(1, 101, 310)), Recorded::Candidate);
-        // Node 1 falls 1 kB short: the floor acts for every candidate again.
+        // Node 1 falls 1 kB short: the floor acts for a candidate bound there (and for one
+        // bound anywhere), not for one bound for node 0.
         assert_eq!(t.observe_room(1, Some(16_383)), room::MoveBack::UpToKb(1));
         assert_eq!(t.short_nodes(), 0b10);
         assert_eq!(t.record(&access(1, 102, 320)), Recorded::Tracked);
+        let bound = |page, to| t.record_bound_for(&access(1, page, 330), Some(to));
+        assert_eq!(
+            (bound(103, 1), bound(103, 1)),
+            (Recorded::Tracked, Recorded::Tracked)
+        );
+        assert_eq!(bound(300, 0), Recorded::Tracked, "a first sample");
+        assert_eq!(bound(300, 0), Recorded::Candidate);
         // The setting follows the policy.
         assert_eq!(t.policy().hot_share_room_mb, 16);
     }

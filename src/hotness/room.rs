@@ -9,18 +9,20 @@
 //! issue 18, "How much room the fast tier has decides it"). At 38 MB the same share met every
 //! bar and NUMA balancing could move nothing.
 //!
-//! So with `hot_share_room_mb` set, both act only while some fast node has less room than that
+//! So with `hot_share_room_mb` set, both act only for a fast node with less room than that
 //! (free memory above the `promote_min_free_pct` reserve, as the migrators' watermark counts
 //! it). Each migrator reads its fast nodes' free memory at its upkeep and says here which are
 //! short. A node becomes short under the setting and stops being short only at a quarter more
 //! than it: the pages promoted while it had room fill it to the setting, and moving back only
-//! what it takes to give that room back (`move_back_kb`) leaves it short, so a node does not
-//! swing between promoting warm pages and moving them back.
+//! what it takes to give that room back ([`MoveBack::UpToKb`]) leaves it short, so a node does
+//! not swing between promoting warm pages and moving them back.
 //!
-//! The floor is one for the whole table (see [`share`](super::share)), so it applies to every
-//! candidate while any fast node is short; the moving back is per node. Nodes are kept in one
-//! word's bits; nodes 63 and above share the last bit, which is never cleared (on such a
-//! machine the share always acts for them).
+//! Both are per node: a candidate bound for a short node (its promotion target, from the
+//! sampled CPU's node) meets the floor and one bound for a node with room does not, and only
+//! short nodes move pages back; one node's shortage says nothing of another's room (the rig's
+//! fills are uneven: 36 MB free on one fast node and 53 MB on the other in one pass). Nodes
+//! are kept in one word's bits; nodes 63 and above share the last bit, which is never cleared
+//! (on such a machine the share always acts for them).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -64,13 +66,22 @@ impl FastRoom {
         self.wanted_mb.load(Ordering::Relaxed)
     }
 
-    /// Whether the heat floor acts on candidates now: always with the setting off, else while
-    /// some fast node is short or none has been read yet.
+    /// Whether the heat floor acts now on candidates bound for `to`: always with the setting
+    /// off; else while that node is short or has not been read (`None`: while any node is
+    /// short, or none has been read).
     #[inline]
-    pub(super) fn share_applies(&self) -> bool {
-        self.wanted_mb.load(Ordering::Relaxed) == 0
-            || self.short.load(Ordering::Relaxed) != 0
-            || self.read.load(Ordering::Relaxed) == 0
+    pub(super) fn share_applies(&self, to: Option<NodeId>) -> bool {
+        if self.wanted_mb.load(Ordering::Relaxed) == 0 {
+            return true;
+        }
+        let (short, read) = (
+            self.short.load(Ordering::Relaxed),
+            self.read.load(Ordering::Relaxed),
+        );
+        match to {
+            Some(node) => (short | !read) & bit(node) != 0,
+            None => short != 0 || read == 0,
+        }
     }
 
     /// The fast nodes short of room now (bit n: node n).
@@ -112,9 +123,9 @@ mod tests {
     #[test]
     fn off_the_share_always_applies_and_everything_fallen_goes_back() {
         let room = FastRoom::default();
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
         assert_eq!(room.observe(0, Some(1 << 30)), MoveBack::All);
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
         assert_eq!(room.short_nodes(), 0);
     }
 
@@ -123,36 +134,45 @@ mod tests {
         // 16 MiB = 16,384 kB; a quarter more is 20,480 kB.
         let room = FastRoom::default();
         room.set_wanted_mb(16);
-        assert!(room.share_applies(), "nothing read yet");
+        assert!(room.share_applies(None), "nothing read yet");
         assert_eq!(room.observe(0, Some(30_000)), MoveBack::UpToKb(0));
-        assert!(!room.share_applies());
+        assert!(!room.share_applies(None));
         assert_eq!(room.observe(0, Some(16_000)), MoveBack::UpToKb(384));
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
         assert_eq!(room.short_nodes(), 0b1);
         // Moving back 384 kB gives the setting back: still short (hysteresis).
         assert_eq!(room.observe(0, Some(16_384)), MoveBack::UpToKb(0));
         assert_eq!(room.observe(0, Some(20_479)), MoveBack::UpToKb(0));
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
         assert_eq!(room.observe(0, Some(20_480)), MoveBack::UpToKb(0));
-        assert!(!room.share_applies());
+        assert!(!room.share_applies(None));
     }
 
     #[test]
-    fn any_short_node_applies_the_share_and_an_unreadable_one_counts_as_short() {
+    fn the_share_acts_for_a_short_node_and_an_unreadable_one_counts_as_short() {
         let room = FastRoom::default();
         room.set_wanted_mb(8);
+        // Node 1 read, node 0 not yet: the floor acts for both.
+        room.observe(1, Some(100_000));
+        assert!(!room.share_applies(Some(1)));
+        assert!(room.share_applies(Some(0)));
         room.observe(0, Some(100_000));
         room.observe(1, Some(1_000));
         assert_eq!(room.short_nodes(), 0b10);
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
+        // Per node: only candidates bound for node 1 meet the floor.
+        assert!(room.share_applies(Some(1)));
+        assert!(!room.share_applies(Some(0)));
+        // A node no migrator reads (not a fast node of any) always meets it.
+        assert!(room.share_applies(Some(5)));
         room.observe(1, Some(100_000));
-        assert!(!room.share_applies());
+        assert!(!room.share_applies(None));
         assert_eq!(room.observe(1, None), MoveBack::All);
         assert_eq!(room.short_nodes(), 0b10);
         // Turning it off forgets.
         room.set_wanted_mb(0);
         assert_eq!(room.short_nodes(), 0);
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
     }
 
     #[test]
@@ -162,6 +182,6 @@ mod tests {
         room.observe(70, Some(100_000));
         assert_eq!(room.short_nodes(), 1 << 63);
         room.observe(63, Some(100_000));
-        assert!(room.share_applies());
+        assert!(room.share_applies(None));
     }
 }

@@ -452,14 +452,16 @@ impl Recorder {
         if let (Some(local), Some(shared)) = (&mut self.admission, &ingest.admission) {
             local.observe(shared, s, key, node);
         }
-        let recorded = ingest.table.record(&access);
+        // The target first: with hot_share_room_mb the heat floor depends on it.
+        let target = ingest.target_for(s.cpu, node);
+        let recorded = ingest.table.record_bound_for(&access, target);
         let pid_counts = self.local_pids.entry(s.pid, &ingest.pids);
         pid_counts.recorded += 1;
         if recorded == Recorded::Candidate {
             pid_counts.candidates += 1;
             self.local.bump(Counter::PgpromoteCandidate);
             let ingest = &*self.ingest;
-            match ingest.target_for(s.cpu, node) {
+            match target {
                 Some(to_node) if to_node != node => self.offer(Candidate {
                     key,
                     from_node: node,

@@ -265,12 +265,12 @@ fn with_hot_share_room_only_what_a_short_node_lacks_goes_back() {
     let below_floor = |rig: &Rig| counter(rig, Counter::PgdemoteBelowFloor);
     // Room on both: the share stands aside and nothing goes back.
     rig.migrator.maintain();
-    assert!(!rig.table.share_applies());
+    assert!(!rig.table.share_applies(Some(0)));
     assert_eq!(below_floor(&rig), 0);
     // Node 0 is 4 kB short: one 4 KiB page goes back, the first of the two by address.
     free.0.lock().insert(0, NODE0_RESERVE_KB + 16_384 - 4);
     rig.migrator.maintain();
-    assert!(rig.table.share_applies());
+    assert!(rig.table.share_applies(Some(0)));
     assert_eq!(rig.table.short_nodes(), 0b1);
     assert_eq!(below_floor(&rig), 1);
     assert_eq!(rig.mover.0.lock().pages[&(10, 2 * PAGE_SIZE)], SLOW);
@@ -278,12 +278,12 @@ fn with_hot_share_room_only_what_a_short_node_lacks_goes_back() {
     for room_kb in [16_384, 20_479] {
         free.0.lock().insert(0, NODE0_RESERVE_KB + room_kb);
         rig.migrator.maintain();
-        assert!(rig.table.share_applies(), "{room_kb}");
+        assert!(rig.table.share_applies(Some(0)), "{room_kb}");
         assert_eq!(below_floor(&rig), 1, "{room_kb}");
     }
     free.0.lock().insert(0, NODE0_RESERVE_KB + 20_480);
     rig.migrator.maintain();
-    assert!(!rig.table.share_applies());
+    assert!(!rig.table.share_applies(Some(0)));
     assert_eq!(below_floor(&rig), 1);
     assert_eq!(rig.mover.0.lock().pages[&(10, 3 * PAGE_SIZE)], 0);
 }
