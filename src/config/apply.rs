@@ -109,34 +109,42 @@ impl Config {
                 ),
             });
         }
+        // Settings that refine hot_share_pct's floor, each meaningless while it draws none.
         let p = &self.policy;
-        if p.demote_below_floor_pct > 0
-            && (p.hot_share_pct == 0 || p.hot_share_pct >= 100)
-            && let Some(origin) = here(&["demote_below_floor_pct", "hot_share_pct"])
-        {
-            return Err(ConfigError::Invalid {
-                origin,
-                key: "demote_below_floor_pct",
-                detail: format!(
-                    "{} moves pages back under a share of the heat floor, and hot_share_pct ({}) \
-                     draws none: set hot_share_pct to 1..=99 first",
-                    p.demote_below_floor_pct, p.hot_share_pct
+        let needs_share = [
+            (
+                p.demote_below_floor_pct > 0,
+                "demote_below_floor_pct",
+                format!(
+                    "{} moves pages back under a share of the heat floor",
+                    p.demote_below_floor_pct
                 ),
-            });
-        }
-        if p.hot_share_room_mb > 0
-            && (p.hot_share_pct == 0 || p.hot_share_pct >= 100)
-            && let Some(origin) = here(&["hot_share_room_mb", "hot_share_pct"])
-        {
-            return Err(ConfigError::Invalid {
-                origin,
-                key: "hot_share_room_mb",
-                detail: format!(
-                    "{} MiB lets hot_share_pct stand aside while the fast tier has room, and \
-                     hot_share_pct ({}) is off: set hot_share_pct to 1..=99 first",
-                    p.hot_share_room_mb, p.hot_share_pct
+            ),
+            (
+                p.hot_share_room_mb > 0,
+                "hot_share_room_mb",
+                format!(
+                    "{} MiB lets hot_share_pct stand aside while the fast tier has room",
+                    p.hot_share_room_mb
                 ),
-            });
+            ),
+        ];
+        let share_off = p.hot_share_pct == 0 || p.hot_share_pct >= 100;
+        for (set, key, what) in needs_share {
+            if set
+                && share_off
+                && let Some(origin) = here(&[key, "hot_share_pct"])
+            {
+                return Err(ConfigError::Invalid {
+                    origin,
+                    key,
+                    detail: format!(
+                        "{what}, and hot_share_pct ({}) draws none: set hot_share_pct to 1..=99 \
+                         first",
+                        p.hot_share_pct
+                    ),
+                });
+            }
         }
         let m = &self.migrator;
         if m.demote

@@ -823,7 +823,8 @@ fn room_for_the_share_to_stand_aside_needs_a_share() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("hot_share_room_mb"), "{err}");
-    assert!(err.contains("hot_share_pct (0) is off"), "{err}");
+    assert!(err.contains("lets hot_share_pct stand aside"), "{err}");
+    assert!(err.contains("hot_share_pct (0) draws none"), "{err}");
     let c = Config::default()
         .with_setting("hot_share_pct", "80")
         .and_then(|c| c.with_setting("hot_share_room_mb", "24"))
