@@ -469,7 +469,8 @@ counters! {
     /// `demote_below_floor_pct`).
     PgdemoteSuccess => "pgdemote_success" as Metric::count("demoted_pages"),
     /// Of `pgdemote_success`, pages moved back because their heat fell under
-    /// `demote_below_floor_pct` of the heat floor (whatever the free memory).
+    /// `demote_below_floor_pct` of the heat floor (whatever the free memory; with
+    /// `hot_share_room_mb`, only from a fast node short of it, as much as it lacks).
     PgdemoteBelowFloor => "pgdemote_below_floor" as Metric::count("demoted_below_floor_pages"),
     /// Pages under `demote_below_floor_pct` of the floor left on their fast node because they
     /// sit in a large folio there: moving one moves the whole folio (move_pages(2) migrates

@@ -23,8 +23,10 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         }
     }
 
-    /// Once per migrate interval: the audit when due; with `demote_below_floor_pct`, moves
-    /// back the pages pghotd promoted that fell under that share of the heat floor; and, with
+    /// Once per upkeep: the audit when due; with `hot_share_room_mb`, the fast nodes' room for
+    /// the table; with `demote_below_floor_pct`, moves back the pages pghotd promoted that fell
+    /// under that share of the heat floor (from a short node only, with the room setting); and,
+    /// with
     /// `demote`, moves the coldest pages pghotd promoted off any fast node under its low
     /// watermark.
     pub fn maintain(&mut self) {
