@@ -78,18 +78,20 @@ hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/
 # short (29 and 36 MB where 38 and 54 were asked, t35t and t35m) gets pages back the same way.
 fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
-	local n free0 free want have try
+	local n free0 free want have try tries
 	for n in 0 1; do
-		free0=$(node_free_mb "$n") free=$free0 have=0
+		free0=$(node_free_mb "$n") free=$free0 have=0 tries=
 		for try in 1 2 3 4 5 6 7 8; do
 			[ "$free" -gt $((RIG_FAST_FREE_MB + 2)) ] || [ "$free" -lt $((RIG_FAST_FREE_MB - 2)) ] || break
 			want=$((have + (free - RIG_FAST_FREE_MB) / 2))
 			[ "$want" -ge 0 ] || want=0
 			echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
+			# What each try asked, got and left: whether a miss is the fill's or a later drift.
+			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$(node_free_mb "$n")"
 			[ "$(cat "$(hugetlb_nr "$n")")" -ne "$have" ] || break
 			have=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
 		done
-		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries; now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
+		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
 	# Whether reclaim on a full fast node may demote to the slow one, and whether it may swap
 	# (with neither it can free page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.
@@ -475,6 +477,8 @@ if awk -v d="$moved_early_mb" 'BEGIN { exit !(d >= 1) }'; then
 		err "migratepages $app_pid 0,1 2 (after the fill) failed"
 	info "$RIG_APP: $moved_early_mb MB moved to the fast nodes before the phase (fast/slow MB $fast_fill $slow_fill after the fill); moved back: fast/slow MB $(node_mb "$app_pid")"
 fi
+# Against the fill's own line: how far each node drifted between the fill and the phase.
+[ -z "$RIG_FAST_FREE_MB" ] || info "fast nodes at the phase's start: $(node_free_mb 0) and $(node_free_mb 1) MB free"
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
 free0=$(fast_free_mb)
