@@ -76,22 +76,9 @@ hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/
 # left 33 and 54 MB free where 12 were asked (t28a). So it reserves again from what is free then,
 # up to 8 times, until a node is within one HugeTLB page of N or gives no more; a node left
 # short (29 and 36 MB where 38 and 54 were asked, t35t and t35m) gets pages back the same way.
-# Free memory read at once after a change is not yet what it comes to: in t37f node 0 read 33 MB
-# after each of five give-backs of a page and 50 MB at the phase's start, so each try reads it
-# once it has stopped moving (node_free_settled_mb).
-# node_free_settled_mb N: node N's free MB once two reads half a second apart agree within
-# 1 MB (at most 5 s).
-node_free_settled_mb() {
-	local a b i
-	a=$(node_free_mb "$1")
-	for i in 1 2 3 4 5 6 7 8 9 10; do
-		sleep 0.5
-		b=$(node_free_mb "$1")
-		[ $((a - b)) -gt 1 ] || [ $((b - a)) -gt 1 ] || break
-		a=$b
-	done
-	echo "$b"
-}
+# Pages given back do not show as free when read, even half a second later, and free memory
+# moves between the fill and the phase (t37f, t37g: BENCHMARKS.md, "The fill's spread,
+# logged"), so each try's figures and each node's free memory at the phase's start are logged.
 fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
 	local n free0 free want have try tries
@@ -103,10 +90,9 @@ fast_tier_fill() {
 			[ "$want" -ge 0 ] || want=0
 			echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
 			# What each try asked, got and left: whether a miss is the fill's or a later drift.
-			free=$(node_free_settled_mb "$n")
-			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$free"
+			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$(node_free_mb "$n")"
 			[ "$(cat "$(hugetlb_nr "$n")")" -ne "$have" ] || break
-			have=$(cat "$(hugetlb_nr "$n")")
+			have=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
 		done
 		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
