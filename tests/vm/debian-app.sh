@@ -65,6 +65,14 @@ node_watermarks_mb() {
 		on && $1 ~ /^(min|low|high|promo)$/ && NF == 2 { w[$1] += $2 }
 		END { printf "%.1f %.1f %.1f %.1f", w["min"] / 256, w["low"] / 256, w["high"] / 256, w["promo"] / 256 }' /proc/zoneinfo
 }
+# node_pcp_mb N: node N's pages on the per-CPU free lists, MB (the `count:` of each zone's
+# `pagesets` in /proc/zoneinfo, mm/vmstat.c `zoneinfo_show_print`): freed pages parked there
+# are not in MemFree until drained to the buddy lists.
+node_pcp_mb() {
+	awk -v node="$1" '$1 == "Node" { on = ($2 == node ",") }
+		on && $1 == "count:" { c += $2 }
+		END { printf "%d", c / 256 }' /proc/zoneinfo
+}
 # fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
 # reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
 # per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
@@ -90,11 +98,11 @@ fast_tier_fill() {
 			[ "$want" -ge 0 ] || want=0
 			echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
 			# What each try asked, got and left: whether a miss is the fill's or a later drift.
-			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$(node_free_mb "$n")"
+			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$(node_free_mb "$n")/$(node_pcp_mb "$n")"
 			[ "$(cat "$(hugetlb_nr "$n")")" -ne "$have" ] || break
 			have=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
 		done
-		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
+		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free/MB on per-CPU lists after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
 	# Whether reclaim on a full fast node may demote to the slow one, and whether it may swap
 	# (with neither it can free page cache only). Documentation/ABI/testing/sysfs-kernel-mm-numa.
@@ -481,7 +489,7 @@ if awk -v d="$moved_early_mb" 'BEGIN { exit !(d >= 1) }'; then
 	info "$RIG_APP: $moved_early_mb MB moved to the fast nodes before the phase (fast/slow MB $fast_fill $slow_fill after the fill); moved back: fast/slow MB $(node_mb "$app_pid")"
 fi
 # Against the fill's own line: how far each node drifted between the fill and the phase.
-[ -z "$RIG_FAST_FREE_MB" ] || info "fast nodes at the phase's start: $(node_free_mb 0) and $(node_free_mb 1) MB free"
+[ -z "$RIG_FAST_FREE_MB" ] || info "fast nodes at the phase's start: $(node_free_mb 0) and $(node_free_mb 1) MB free, $(node_pcp_mb 0) and $(node_pcp_mb 1) MB on per-CPU lists"
 vm_before=$(cat /proc/vmstat)
 app_cpu0=$(cpu_s "$app_pid")
 free0=$(fast_free_mb)
