@@ -84,9 +84,10 @@ hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/
 # left 33 and 54 MB free where 12 were asked (t28a). So it reserves again from what is free then,
 # up to 8 times, until a node is within one HugeTLB page of N or gives no more; a node left
 # short (29 and 36 MB where 38 and 54 were asked, t35t and t35m) gets pages back the same way.
-# Pages given back do not show as free when read, even half a second later, and free memory
-# moves between the fill and the phase (t37f, t37g: BENCHMARKS.md, "The fill's spread,
-# logged"), so each try's figures and each node's free memory at the phase's start are logged.
+# Free memory still moves after a try: freed pages wait on the per-CPU free lists, outside
+# MemFree, until drained (t37h: 35 MB drained into node 1's MemFree between two tries;
+# BENCHMARKS.md, "Where it goes: the per-CPU free lists"), so each try's figures and each node's
+# free memory and lists at the phase's start are logged.
 fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
 	local n free0 free want have try tries
@@ -98,9 +99,10 @@ fast_tier_fill() {
 			[ "$want" -ge 0 ] || want=0
 			echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
 			# What each try asked, got and left: whether a miss is the fill's or a later drift.
-			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$(node_free_mb "$n")/$(node_pcp_mb "$n")"
+			free=$(node_free_mb "$n")
+			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$free/$(node_pcp_mb "$n")"
 			[ "$(cat "$(hugetlb_nr "$n")")" -ne "$have" ] || break
-			have=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
+			have=$(cat "$(hugetlb_nr "$n")")
 		done
 		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free/MB on per-CPU lists after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
