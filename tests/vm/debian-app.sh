@@ -73,6 +73,27 @@ node_pcp_mb() {
 		on && $1 == "count:" { c += $2 }
 		END { printf "%d", c / 256 }' /proc/zoneinfo
 }
+# per_cpu_lists_shrink: each per-CPU list may hold up to pcp->high_max pages, an eighth of its
+# zone shared among the node's CPUs by default (mm/page_alloc.c `zone_set_pageset_high_and_batch`
+# and `zone_highsize`, MIN_PERCPU_PAGELIST_HIGH_FRACTION), and gives them back to MemFree only
+# as a free on that CPU finds the list over pcp->high or as vmstat's periodic decay lowers it
+# (`decay_pcp_high`, an eighth a second). With vm.percpu_pagelist_high_fraction set, high_min =
+# high_max = max(zone pages / fraction / CPUs, 4 batches): with 8192 each list holds at most 4
+# batches (252 pages, about 1 MB, for a 1 GiB zone), so the lists drain within seconds and stay
+# small through the phase, for every promoter alike. Documentation/admin-guide/sysctl/vm.rst;
+# 0, the default, brings the kernel's own sizing back (fast_tier_empty).
+lists_fraction0=0
+per_cpu_lists_shrink() {
+	local waited=0
+	lists_fraction0=$(sysctl -n vm.percpu_pagelist_high_fraction) || lists_fraction0=0
+	sysctl -q vm.percpu_pagelist_high_fraction=8192 ||
+		{ err "setting vm.percpu_pagelist_high_fraction=8192 failed"; return; }
+	while [ $(($(node_pcp_mb 0) + $(node_pcp_mb 1))) -gt 4 ] && [ "$waited" -lt 60 ]; do
+		sleep 1
+		waited=$((waited + 1))
+	done
+	info "per-CPU free lists: vm.percpu_pagelist_high_fraction $lists_fraction0 -> 8192; after ${waited} s $(node_pcp_mb 0) and $(node_pcp_mb 1) MB on nodes 0 and 1"
+}
 # fast_tier_fill: with RIG_FAST_FREE_MB, leaves about that much free on each fast node by
 # reserving 2 MiB HugeTLB pages there (Documentation/admin-guide/mm/hugetlbpage.rst, the
 # per-node nr_hugepages): memory no promoter can take and no reclaim can free, so every promoter
@@ -84,13 +105,15 @@ hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/
 # left 33 and 54 MB free where 12 were asked (t28a). So it reserves again from what is free then,
 # up to 8 times, until a node is within one HugeTLB page of N or gives no more; a node left
 # short (29 and 36 MB where 38 and 54 were asked, t35t and t35m) gets pages back the same way.
-# Free memory still moves after a try: freed pages wait on the per-CPU free lists, outside
-# MemFree, until drained (t37h: 35 MB drained into node 1's MemFree between two tries;
-# BENCHMARKS.md, "Where it goes: the per-CPU free lists"), so each try's figures and each node's
-# free memory and lists at the phase's start are logged.
+# Freed pages wait on the per-CPU free lists, outside MemFree, until drained: 23-36 MB a fast
+# node after the program's move to node 2, and 35 MB drained into node 1's MemFree between two
+# tries (t37h; BENCHMARKS.md, "Where it goes: the per-CPU free lists"). So the fill first
+# shrinks the lists (per_cpu_lists_shrink) and keeps them small until fast_tier_empty; each
+# try's figures and each node's free memory and lists at the phase's start are logged.
 fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
 	local n free0 free want have try tries
+	per_cpu_lists_shrink
 	for n in 0 1; do
 		free0=$(node_free_mb "$n") free=$free0 have=0 tries=
 		for try in 1 2 3 4 5 6 7 8; do
@@ -113,6 +136,8 @@ fast_tier_fill() {
 fast_tier_empty() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
 	echo 0 > "$(hugetlb_nr 0)" && echo 0 > "$(hugetlb_nr 1)" || err "giving the HugeTLB pages back failed"
+	sysctl -q vm.percpu_pagelist_high_fraction="$lists_fraction0" ||
+		err "restoring vm.percpu_pagelist_high_fraction=$lists_fraction0 failed"
 }
 
 # --- the plugin's control port --------------------------------------------------------------
