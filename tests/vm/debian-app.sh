@@ -43,6 +43,15 @@ mc_changed() {
 }
 # cpu_s PID: utime + stime of PID in seconds (USER_HZ 100), or empty.
 cpu_s() { [ -r "/proc/$1/stat" ] && awk '{ printf "%.2f", ($14 + $15) / 100 }' "/proc/$1/stat"; }
+# minflt PID: PID's minor faults, all its threads (/proc/PID/stat field 10, fs/proc/array.c
+# `do_task_stat`; the fields counted from the end of the command name, which may hold spaces):
+# a thread that touches a page while it moves waits on its migration entry through one
+# (mm/migrate.c `migration_entry_wait`).
+minflt() { sed 's/.*) //' "/proc/$1/stat" 2> /dev/null | awk '{ print $8 + 0 }'; }
+# tlb_shootdowns: TLB flush requests all CPUs took from others (/proc/interrupts' TLB row,
+# arch/x86/kernel/irq.c `arch_show_interrupts`): moving a page of a program that runs on
+# another CPU sends one; under TCG each also empties that vCPU's software TLB in QEMU.
+tlb_shootdowns() { awk '$1 == "TLB:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print s + 0 }' /proc/interrupts; }
 # node_mb PID: "fast_mb slow_mb" of PID's resident memory (numa_maps N<node>= pages).
 node_mb() {
 	awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^N[0-9]+=/) { split(substr($i, 2), a, "="); n[a[1]] += a[2] } }
@@ -531,6 +540,7 @@ read -r vol0 nonvol0 <<< "$(ctxsw "$app_pid")"
 relay_sw0=
 if [ -n "$relay_pid" ]; then relay_sw0=$(ctxsw "$relay_pid"); fi
 mig0=$(migrations "$app_pid")
+minflt0=$(minflt "$app_pid") tlb0=$(tlb_shootdowns)
 profile_start
 t0=$(now)
 for n in $(seq 1 "$RIG_ROUNDS"); do
@@ -550,11 +560,12 @@ stat1=$(head -n 1 /proc/stat)
 procs1=$(proc_ticks)
 read -r vol1 nonvol1 <<< "$(ctxsw "$app_pid")"
 mig1=$(migrations "$app_pid")
+minflt1=$(minflt "$app_pid") tlb1=$(tlb_shootdowns)
 [ "$RIG_APP" != memcached ] || info "memcached's counters in the phase: $(mc_changed "$mc0" "$(mc_stats)")"
 info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")
 busiest=$(busiest "$procs0" "$procs1")
-info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo unknown)"
+info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo unknown); minor faults: $((minflt1 - minflt0)); TLB shootdowns (all CPUs): $((tlb1 - tlb0))"
 counts=$(ctl STATS)
 # Whose misses of the modelled cache, and whose evictions made the program's (plugin argument
 # by_task=1): while the promoter and the relay still run, so that their tgids have names.
@@ -616,7 +627,7 @@ info "vmstat over the phase: $(for k in pgpromote_success pgmigrate_success comp
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"app_minflt":%s,"tlb_shootdowns":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
 	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
@@ -627,4 +638,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$moved_early_mb" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${relay_wakes:-null}" "${threads:-}" "${threads_sys:-}" "${wakes:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${relay_wakes:-null}" "${threads:-}" "${threads_sys:-}" "${wakes:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$((minflt1 - minflt0))" "$((tlb1 - tlb0))" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
