@@ -50,7 +50,7 @@ cpu_s() { [ -r "/proc/$1/stat" ] && awk '{ printf "%.2f", ($14 + $15) / 100 }' "
 minflt() { sed 's/.*) //' "/proc/$1/stat" 2> /dev/null | awk '{ print $8 + 0 }'; }
 # tlb_shootdowns: TLB flush requests all CPUs took from others (/proc/interrupts' TLB row,
 # arch/x86/kernel/irq.c `arch_show_interrupts`): moving a page of a program that runs on
-# another CPU sends one; under TCG each also empties that vCPU's software TLB in QEMU.
+# another CPU sends one; under TCG each also flushes entries of that vCPU's software TLB.
 tlb_shootdowns() { awk '$1 == "TLB:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print s + 0 }' /proc/interrupts; }
 # node_mb PID: "fast_mb slow_mb" of PID's resident memory (numa_maps N<node>= pages).
 node_mb() {
