@@ -47,11 +47,14 @@ cpu_s() { [ -r "/proc/$1/stat" ] && awk '{ printf "%.2f", ($14 + $15) / 100 }' "
 # `do_task_stat`; the fields counted from the end of the command name, which may hold spaces):
 # a thread that touches a page while it moves waits on its migration entry through one
 # (mm/migrate.c `migration_entry_wait`).
-minflt() { sed 's/.*) //' "/proc/$1/stat" 2> /dev/null | awk '{ print $8 + 0 }'; }
+minflt() { sed 's/.*) //' "/proc/$1/stat" 2> /dev/null | awk '{ print $8 + 0; ok = 1 } END { if (!ok) print "null" }'; }
 # tlb_shootdowns: TLB flush requests all CPUs took from others (/proc/interrupts' TLB row,
 # arch/x86/kernel/irq.c `arch_show_interrupts`): moving a page of a program that runs on
 # another CPU sends one; under TCG each also flushes entries of that vCPU's software TLB.
-tlb_shootdowns() { awk '$1 == "TLB:" { for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print s + 0 }' /proc/interrupts; }
+# "null" without the row (another architecture), not a count of 0.
+tlb_shootdowns() { awk '$1 == "TLB:" { ok = 1; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) s += $i } END { print ok ? s : "null" }' /proc/interrupts; }
+# since A B: B - A, or null when either count could not be read.
+since() { if [ "$1" != null ] && [ "$2" != null ]; then echo $(($2 - $1)); else echo null; fi; }
 # node_mb PID: "fast_mb slow_mb" of PID's resident memory (numa_maps N<node>= pages).
 node_mb() {
 	awk '{ for (i = 2; i <= NF; i++) if ($i ~ /^N[0-9]+=/) { split(substr($i, 2), a, "="); n[a[1]] += a[2] } }
@@ -121,7 +124,7 @@ hugetlb_nr() { echo "/sys/devices/system/node/node$1/hugepages/hugepages-2048kB/
 # try's figures and each node's free memory and lists at the phase's start are logged.
 fast_tier_fill() {
 	[ -n "$RIG_FAST_FREE_MB" ] || return 0
-	local n free0 free want have try tries
+	local n free0 free want got have try tries
 	per_cpu_lists_shrink
 	for n in 0 1; do
 		free0=$(node_free_mb "$n") free=$free0 have=0 tries=
@@ -131,10 +134,10 @@ fast_tier_fill() {
 			[ "$want" -ge 0 ] || want=0
 			echo "$want" > "$(hugetlb_nr "$n")" || err "node $n: reserving $want HugeTLB pages failed"
 			# What each try asked, got and left: whether a miss is the fill's or a later drift.
-			free=$(node_free_mb "$n")
-			tries="$tries $want/$(cat "$(hugetlb_nr "$n")")/$free/$(node_pcp_mb "$n")"
-			[ "$(cat "$(hugetlb_nr "$n")")" -ne "$have" ] || break
-			have=$(cat "$(hugetlb_nr "$n")")
+			got=$(cat "$(hugetlb_nr "$n")") free=$(node_free_mb "$n")
+			tries="$tries $want/$got/$free/$(node_pcp_mb "$n")"
+			[ "$got" -ne "$have" ] || break
+			have=$got
 		done
 		info "node $n: $free0 MB free; $have 2 MiB HugeTLB pages reserved in $try tries (asked/got/MB free/MB on per-CPU lists after each:${tries:- none}); now $free MB free, $(node_file_mb "$n") MB of page cache; watermarks MB $(node_watermarks_mb "$n")"
 	done
@@ -565,7 +568,7 @@ minflt1=$(minflt "$app_pid") tlb1=$(tlb_shootdowns)
 info "scheduling policy: $RIG_APP $(policies "$app_pid"), promoter ${promoter_pid:+$(policies "$promoter_pid")}, relay ${relay_pid:+$(policies "$relay_pid")}"
 guest_cpu=$(cpu_split "$stat0" "$stat1")
 busiest=$(busiest "$procs0" "$procs1")
-info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo unknown); minor faults: $((minflt1 - minflt0)); TLB shootdowns (all CPUs): $((tlb1 - tlb0))"
+info "guest CPU in the phase (s): $guest_cpu; busiest: $busiest; $RIG_APP context switches: $((vol1 - vol0)) voluntary, $((nonvol1 - nonvol0)) nonvoluntary; moves between CPUs: $(since "$mig0" "$mig1"); minor faults: $(since "$minflt0" "$minflt1"); TLB shootdowns (all CPUs): $(since "$tlb0" "$tlb1")"
 counts=$(ctl STATS)
 # Whose misses of the modelled cache, and whose evictions made the program's (plugin argument
 # by_task=1): while the promoter and the relay still run, so that their tgids have names.
@@ -638,4 +641,4 @@ echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all
 	"$fast0" "$slow0" "$moved_early_mb" "$fast1" "$slow1" "$(jnum "$truth" hot_fast_pct)" "$(jnum "$truth" over_promotion_pct)" \
 	"$(jnum "$truth" app_modelled_mem_ms)" "$(awk -v m="$(jnum "$truth" app_modelled_mem_ms)" -v n=$((RIG_ROUNDS * RIG_ROUND_OPS)) 'BEGIN { if (m == "null") print "null"; else printf "%.2f", m * 1e3 / n }')" \
 	"$(field "$counts" fast_ns)" \
-	"${relay_cpu:-null}" "${relay_sys:-null}" "${relay_wakes:-null}" "${threads:-}" "${threads_sys:-}" "${wakes:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$([ "$mig0" != null ] && [ "$mig1" != null ] && echo $((mig1 - mig0)) || echo null)" "$((minflt1 - minflt0))" "$((tlb1 - tlb0))" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
+	"${relay_cpu:-null}" "${relay_sys:-null}" "${relay_wakes:-null}" "${threads:-}" "${threads_sys:-}" "${wakes:-}" "$free0" "$free1" "$(field "$counts" samples_sent)" "$(field "$counts" samples_dropped)" "$(field "$counts" samples_with_task)" "$(field "$counts" task_switches)" "${guest_cpu:-null}" "$busiest" "$((vol1 - vol0))" "$((nonvol1 - nonvol0))" "$(since "$mig0" "$mig1")" "$(since "$minflt0" "$minflt1")" "$(since "$tlb0" "$tlb1")" "$(field_or_null "$counts" cache_kb)" "$(field_or_null "$counts" cache_ways)" "$(field_or_null "$counts" snoop)" "$(field_or_null "$counts" peer_hits)" "$misses" "${truth:-null}" "$relay" "$(wc -l < "$work/errors")")"
