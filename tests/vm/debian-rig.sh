@@ -380,6 +380,21 @@ host_shares() {
 		if (t <= 0) t = 1
 		printf "{\"host_busy_pct\":%.1f,\"host_steal_pct\":%.1f}", 100 * b / t, 100 * s / t }'
 }
+# host_probe_ms: one fixed piece of single-threaded work on the host (awk summing 10 M terms),
+# timed three times while no guest runs, the median in ms. /proc/stat's steal shows only what
+# the hypervisor reports; a host slowed by what it does not (a busy neighbour on the same
+# physical core, a lower clock) shows here, before the boot and after the guest is gone, so that
+# a phase that ran slow throughout can be told from one whose promoter cost it.
+host_probe_ms() {
+	local t0 t1 ms=()
+	for _ in 1 2 3; do
+		t0=$(date +%s%N)
+		awk 'BEGIN { for (i = 0; i < 10000000; i++) s += i % 7; if (s < 0) print s }'
+		t1=$(date +%s%N)
+		ms+=("$(((t1 - t0) / 1000000))")
+	done
+	printf '%s\n' "${ms[@]}" | sort -n | sed -n 2p
+}
 # Each pass runs every scenario once, the list rotated by one a pass: over N passes each
 # scenario runs early and late alike, so a host that slows down or speeds up through the run
 # does not favour one of them. A run's name: the scenario, with its pass under --repeat.
@@ -414,6 +429,7 @@ for run in "${runs[@]}"; do
 	fi
 	log "$name: booting Debian ($(basename "$(dirname "$PGHOT_VM_DEBIAN_IMAGE")"), timeout ${timeout_s} s$([ "$repeat" = 1 ] || echo ", pass $pass of $repeat"))"
 	console=$work/$name.console
+	probe0=$(host_probe_ms)
 	for attempt in 1 2; do
 		t0=$(date +%s)
 		ticks0=$(host_ticks)
@@ -428,6 +444,8 @@ for run in "${runs[@]}"; do
 		log "$name: the guest never reached the checks (qemu exit $rc, ${wall} s); console tail:"
 		tail -n 20 "$console" | sed 's/^/    /' >&2
 	done
+	probe1=$(host_probe_ms)
+	log "$name: host probe ${probe0} ms before the boot, ${probe1} ms after"
 	[ -z "$keep_dir" ] || cp "$console" "$keep_dir/$name.console"
 	grep -a '^rig: \|^PGHOT-RIG-ERROR' "$console" | sed "s/^/$name: /" >&2 || true
 	[ "$s" != exec ] || continue
@@ -442,7 +460,9 @@ for run in "${runs[@]}"; do
 			continue
 		fi
 		grep -a '^PGHOT-APP-ROUND ' "$console" | sed "s/^PGHOT-APP-ROUND /  $name: /" >&2
-		result=$(jq -c --argjson wall "$wall" --argjson host "$host" --argjson pass "$pass" --argjson vcpus "$vcpus" '. + {pass: $pass, vcpus: $vcpus, wall_s: $wall} + $host' <<< "$result")
+		result=$(jq -c --argjson wall "$wall" --argjson host "$host" --argjson pass "$pass" --argjson vcpus "$vcpus" \
+			--argjson p0 "$probe0" --argjson p1 "$probe1" \
+			'. + {pass: $pass, vcpus: $vcpus, wall_s: $wall, host_probe_ms_before: $p0, host_probe_ms_after: $p1} + $host' <<< "$result")
 		results+=("$result")
 		echo "RESULT $result"
 		[ "$(jq -r '.errors' <<< "$result")" = 0 ] || status=1
@@ -474,11 +494,11 @@ done
 if [ ${#results[@]} -gt 0 ]; then
 	printf '%s\n' "${results[@]}" | jq -rs '
 		def f(d): if . == null then "-" else (. * d | round / d | tostring) end;
-		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "hot fast %", "over %", "MB promoted", "promoter CPU s", "hint faults", "app mem us/op", "guest mem us/op", "fast/slow MB after"] | @tsv),
+		(["scenario", "app", "ops/s", "p50 ms", "p99 ms", "hot fast %", "over %", "MB promoted", "promoter CPU s", "hint faults", "app mem us/op", "guest mem us/op", "fast/slow MB after", "host probe ms"] | @tsv),
 		(.[] | [.scenario, .app, (.ops_per_s | f(1)), (.p50_ms | f(1000)), (.p99_ms | f(1000)),
 			(.hot_fast_pct | f(10)), (.over_promotion_pct | f(10)), (.mb_promoted | f(10)),
 			(.promoter_cpu_s | f(100)), (.hint_faults | tostring), (.app_modelled_mem_us_per_op | f(100)), (.modelled_mem_us_per_op | f(10)),
-			"\(.app_fast_mb_after)/\(.app_slow_mb_after)"] | @tsv)' | column -t -s $'\t' >&2
+			"\(.app_fast_mb_after)/\(.app_slow_mb_after)", "\(.host_probe_ms_before)/\(.host_probe_ms_after)"] | @tsv)' | column -t -s $'\t' >&2
 fi
 # With --repeat, one SUMMARY {json} per scenario: its median over the passes, its ratio to the
 # same pass's baseline, and in how many passes it served more than each other scenario of that
