@@ -58,7 +58,9 @@ use parking_lot::Mutex;
 
 use entry::mix;
 pub use entry::{Entry, PAGE_SIZE, PageKey};
-use entry::{FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms, epochs_between};
+use entry::{
+    FLAG_MOVED_BACK, FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms, epochs_between,
+};
 use shard::{Shard, Slot};
 
 use crate::sample::AccessOp;
@@ -325,8 +327,14 @@ impl HotTable {
                 let (lock, hash) = self.shard_of(key);
                 let shard = lock.lock();
                 let e = shard.get(key, hash)?;
-                (e.is_promoted() && e.node == node)
-                    .then(|| share::rank(decayed(e.heat, e.last_ms, now, halflife), hash))
+                (e.is_promoted() && e.node == node).then(|| {
+                    let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
+                    if e.flags & FLAG_MOVED_BACK != 0 {
+                        fallen::returned_rank(rank)
+                    } else {
+                        rank
+                    }
+                })
             }));
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
@@ -616,6 +624,17 @@ impl HotTable {
         self.update(key, |e| {
             e.node = node;
             e.flags &= !(FLAG_QUEUED | FLAG_PROMOTED);
+            e.count = 0;
+        });
+    }
+
+    /// pghotd moved the page back to `node` (a lower tier): as `mark_demoted`, and remembered,
+    /// so that if it is promoted again it goes back only under a lower bar (see
+    /// `fallen::RETURNED_RANK_PCT`).
+    pub fn mark_moved_back(&self, key: PageKey, node: NodeId) {
+        self.update(key, |e| {
+            e.node = node;
+            e.flags = (e.flags & !(FLAG_QUEUED | FLAG_PROMOTED)) | FLAG_MOVED_BACK;
             e.count = 0;
         });
     }
@@ -989,6 +1008,39 @@ mod tests {
         }
         t.set_recorded_rate(1.0);
         assert_eq!(t.take_fallen(&[0]), vec![page21]);
+    }
+
+    #[test]
+    fn a_page_that_came_back_goes_back_only_under_a_lower_bar() {
+        // As above, with pages 21 and 22 at 70 samples each (ranks 70 to 71), both ours on
+        // node 0; page 21 went back once and came back. By hand: with the hot pages at 160,
+        // 80 % of 1,740 is 1,392, 1,392 of the 160-176 bucket's 1,600 down from its top: 160 +
+        // 16 * 0.13 = 162.08; half of it is 81.04. Page 22 is under it and goes back; page 21
+        // is re-checked at 100/80 of its rank, 87.5 to 88.75, over it: stays.
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                demote_below_floor_pct: 50,
+                ..policy(2, 3_600_000)
+            },
+        );
+        let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
+        let (page21, page22) = (access(1, 21, 0).key, access(1, 22, 0).key);
+        (1..=10).for_each(|page| sampled(page, 100));
+        sampled(21, 70);
+        sampled(22, 70);
+        t.mark_promoted_by_us(page21, 0);
+        t.mark_moved_back(page21, 2);
+        assert!(!t.get(page21).unwrap().is_promoted());
+        t.mark_promoted_by_us(page21, 0);
+        t.mark_promoted_by_us(page22, 0);
+        (1..=10).for_each(|page| sampled(page, 60));
+        for _ in 0..share::DEMOTE_FLOOR_DRAWS {
+            t.set_recorded_rate(1.0);
+        }
+        assert_eq!(t.take_fallen(&[0]), vec![page22]);
     }
 
     #[test]
