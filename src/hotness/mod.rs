@@ -78,7 +78,8 @@ pub struct HotnessConfig {
     /// the tracked pages' heat (see [`share`]); 0 or 100: no such limit.
     pub hot_share_pct: u8,
     /// Pages pghotd promoted whose heat falls under this percentage of the `hot_share_pct`
-    /// floor are handed to the migrators to move back (see [`fallen`]); 0: off.
+    /// floor are handed to the migrators to move back (see [`fallen`]; a page moved back before
+    /// and promoted again, under [`fallen::RETURNED_RANK_PCT`] of that); 0: off.
     pub demote_below_floor_pct: u8,
     /// For a fast node with this many MiB of room or more (free memory above
     /// `promote_min_free_pct`), `hot_share_pct` and `demote_below_floor_pct` stand aside (see
