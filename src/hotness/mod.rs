@@ -58,9 +58,7 @@ use parking_lot::Mutex;
 
 use entry::mix;
 pub use entry::{Entry, PAGE_SIZE, PageKey};
-use entry::{
-    FLAG_MOVED_BACK, FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms, epochs_between,
-};
+use entry::{FLAG_MOVED_BACK, FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
 use shard::{Shard, Slot};
 
 use crate::sample::AccessOp;
@@ -152,11 +150,11 @@ pub struct HotTable {
 }
 
 /// The heat-floor passes' state: which slice of the shards the next reads, and each slice's
-/// histogram with the table clock when it was read.
+/// histogram as it was last read.
 #[derive(Debug, Default)]
 struct HeatSlices {
     next: usize,
-    latest: Vec<Option<(u32, share::HeatHistogram)>>,
+    latest: Vec<Option<share::SliceRead>>,
     /// The last floors drawn, for moving back.
     floors: share::RecentFloors,
 }
@@ -255,28 +253,30 @@ impl HotTable {
             slices.next = 0;
         }
         let slice = slices.next;
-        let shards = self.shards.len();
-        let mut read = share::HeatHistogram::default();
-        for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
-            let shard = shard.lock();
-            for e in shard.iter() {
-                let heat = decayed(e.heat, e.last_ms, now, halflife);
-                read.add(share::rank(heat, e.key().mixed()), heat);
-            }
-        }
-        slices.latest[slice] = Some((now, read));
+        let added = self.heat_added_by_slice(count);
+        slices.latest[slice] = Some(share::SliceRead {
+            taken_ms: now,
+            histogram: self.read_heat_slice(slice, count, now, halflife),
+            heat_added: added[slice],
+        });
         slices.next = (slice + 1) % count;
-        // The slices read in the last few passes: a uniform sample of the pages (the shards
-        // are a hash partition), none of it older than those passes. Older slices miss the
-        // samples their pages took since, which matters while heats are still rising.
-        let recent = share::RECENT_SLICES.min(count);
+        // The slices are a hash partition of the pages, so each is a uniform sample of them:
+        // the more a draw reads, the less it moves from one pass to the next (from a quarter
+        // of the table, the floor moved by up to a quarter round to round while every heat
+        // grew: BENCHMARKS.md, issue 18, "Moving back less"). An older slice misses the
+        // samples its pages took since it was read, so each is grown by those (and decayed
+        // by the heats' own steps: a continuous decay left the floor up to twice the heats
+        // for the 20 s after each boundary, r24b).
         let mut all = share::HeatHistogram::default();
-        let recent_slices = (0..recent).map(|back| (slice + count - back) % count);
-        for (taken_ms, histogram) in recent_slices.filter_map(|i| slices.latest[i].as_ref()) {
-            // The heats' own steps: a continuous decay left the floor up to twice the heats
-            // for the 20 s after each boundary (r24b: 13 % of the hot set moved back at once).
-            let half_lives = epochs_between(*taken_ms, now, halflife);
-            all.add_decayed(histogram, f64::from(half_lives));
+        for back in 0..count {
+            let i = (slice + count - back) % count;
+            let Some(read) = slices.latest[i].as_ref() else {
+                continue;
+            };
+            let recent = back < share::RECENT_SLICES;
+            if let Some(factor) = read.factor_now(added[i], now, halflife, recent) {
+                all.add_scaled(&read.histogram, factor);
+            }
         }
         let floor = all.floor_of_share(share);
         // No heat in the recent slices (a few tracked pages, all in other slices): the last
@@ -291,6 +291,39 @@ impl HotTable {
         if let Some(lowest) = slices.floors.lowest(now, halflife) {
             self.demote_floor.store(lowest.bits(), Ordering::Relaxed);
         }
+    }
+
+    /// Slice `slice` of `count`'s heat histogram at `now_ms`.
+    fn read_heat_slice(
+        &self,
+        slice: usize,
+        count: usize,
+        now_ms: u32,
+        halflife_ms: u32,
+    ) -> share::HeatHistogram {
+        let shards = self.shards.len();
+        let mut read = share::HeatHistogram::default();
+        for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
+            let shard = shard.lock();
+            for e in shard.iter() {
+                let heat = decayed(e.heat, e.last_ms, now_ms, halflife_ms);
+                read.add(share::rank(heat, e.key().mixed()), heat);
+            }
+        }
+        read
+    }
+
+    /// The samples that have added heat to each of `count` slices' shards, ever.
+    fn heat_added_by_slice(&self, count: usize) -> Vec<u64> {
+        let shards = self.shards.len();
+        (0..count)
+            .map(|slice| {
+                self.shards[slice * shards / count..(slice + 1) * shards / count]
+                    .iter()
+                    .map(|s| s.lock().heat_added)
+                    .sum()
+            })
+            .collect()
     }
 
     fn floor(&self) -> share::DrawnFloor {
@@ -555,6 +588,7 @@ impl HotTable {
         if newly_counting {
             shard.counting += 1;
         }
+        shard.heat_added += 1;
         if candidate {
             Recorded::Candidate
         } else {
@@ -576,6 +610,7 @@ impl HotTable {
                 e.last_ms = now;
             }
             e.node = access.node;
+            shard.heat_added += 1;
         }
     }
 
@@ -1042,6 +1077,42 @@ mod tests {
             t.set_recorded_rate(1.0);
         }
         assert_eq!(t.take_fallen(&[0]), vec![page22]);
+    }
+
+    #[test]
+    fn a_draw_reads_every_slice_grown_by_the_samples_its_pages_took_since() {
+        // 16 shards, so 16 slices; heat is the sample count (an hour's half-life), an 80 %
+        // share. By hand: 100 pages of 400 samples (40,000) and 900 of 40 (36,000). 80 % of
+        // 76,000 is 60,800, so the floor lies among the 40-sample pages: 20,800 of their
+        // 36,000 (0.5778) down from the top of their bucket (40 samples is 10,240 in fixed
+        // point, the bucket 10,240 to 11,264): 10,240 + 0.4222 x 1,024 = 10,672, 41.69 samples.
+        let t = HotTable::new(
+            16 * 1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                ..policy(3, 3_600_000)
+            },
+        );
+        let sampled = |page, from: u64, to: u64| {
+            (from..to).for_each(|k| _ = t.record(&access(1, page, k)));
+        };
+        (0..100).for_each(|page| sampled(page, 0, 400));
+        (100..1000).for_each(|page| sampled(page, 0, 40));
+        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+        assert_eq!(t.heat_floor(), Some(10_672.0 / 256.0));
+        // Every page takes two fifths more samples (560 and 56): every heat grows by 1.4, and
+        // one more pass reads one slice and grows the other 15 by the samples their pages took
+        // since. The floor is 1.4 times as high, 58.36 samples, less a little: the fresh
+        // slice's 56-sample pages spread over their own bucket (14,336 to 15,360) where grown
+        // ones spread over 1.4 times theirs; were it a sixteenth of the pages, 58.31. (Drawn
+        // from the four latest slices alone, the rule before, the first floor was 41.46: a
+        // quarter of the pages.)
+        (0..100).for_each(|page| sampled(page, 400, 560));
+        (100..1000).for_each(|page| sampled(page, 40, 56));
+        t.set_recorded_rate(1.0);
+        let floor = t.heat_floor().unwrap();
+        assert!((58.2..58.4).contains(&floor), "{floor}");
     }
 
     #[test]
