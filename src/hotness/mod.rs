@@ -1173,19 +1173,19 @@ mod tests {
     fn the_heat_floor_reads_a_slice_a_pass_and_decays_the_others_exactly() {
         let t = sliced_share_table();
         // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
-        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (and so in
-        // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
-        // 500 cold of 500), so the floor is in their bucket: 50 samples = 12,800 = 0b11001 <<
-        // 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples, up to 52 (how far into it
-        // depends on how many hot and cold pages the recent slices hold).
+        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (the 16
+        // passes read every slice, with no sample since), so the floor is in their bucket: 50
+        // samples = 12,800 = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples,
+        // up to 52 (9,600 of 10,000 down from its top: 48.16).
         hot_and_cold_swept(&t, 2000, 0);
         let floor = t.heat_floor().unwrap();
         assert!((48.0..52.0).contains(&floor), "{floor}");
         // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
         // 0b11001 << 8, so the bucket 12 << 9 = 6,144 = 24 samples up to 26, where their
         // ranks (25 and under one more) are. The slice this pass reads holds the decayed heats;
-        // the 3 other recent ones are shifted down an octave, which must agree: left where
-        // they were, they would hold 3/4 of the heat in the 48-sample bucket.
+        // the 3 other recent ones are shifted down an octave, which must agree (left where
+        // they were, they would hold 3/4 of the heat in the 48-sample bucket), and the 12
+        // older ones, read before the boundary, are left out until read again.
         t.record(&access(1, 5000, 60_500));
         t.set_recorded_rate(1.0);
         let floor = t.heat_floor().unwrap();
