@@ -47,7 +47,8 @@
 //! rate times a time that is the same for all), so a slice is grown by the heat its shards
 //! took since, in proportion. A slice read before the last epoch boundary, or grown by more
 //! than half since ([`GROWN_AT_MOST`]: a phase's first minute, when the samples go to pages
-//! the slice did not hold yet), is left out, except the [`RECENT_SLICES`] latest. With only
+//! the slice did not hold yet), is left out, except the [`RECENT_SLICES`] latest, which are
+//! then taken as read (decayed, not grown). With only
 //! those four, each draw read a quarter of the pages and the floor moved by up to a quarter
 //! from one draw to the next while every heat grew (BENCHMARKS.md, issue 18, "Moving back
 //! less"); with all 16 and no growth, a table whose heats were still rising kept a floor drawn
@@ -171,8 +172,9 @@ impl SliceRead {
     /// boundary since the read, as every heat is, and grown by the heat those samples added
     /// since, spread over its pages in proportion to their heat (a page's decayed heat is its
     /// sample rate times a time that is the same for every page, so in a steady phase every
-    /// heat grows by the same factor). `None`: nothing to add, or, unless `recent`, a slice
-    /// read before the last epoch boundary or grown by more than [`GROWN_AT_MOST`].
+    /// heat grows by the same factor). A slice grown by more than [`GROWN_AT_MOST`] is not
+    /// grown: `None` unless `recent`, which then counts as read (decayed only); an older slice
+    /// read before the last epoch boundary is `None` too. `None` also when it holds no heat.
     pub(crate) fn factor_now(
         &self,
         heat_added_now: u64,
@@ -190,7 +192,13 @@ impl SliceRead {
         // which overstates the growth of a recent slice by at most a pass's samples.
         let added = heat_added_now.saturating_sub(self.heat_added) as f64;
         let growth = (held + added * f64::from(super::HEAT_ONE)) / held;
-        if !recent && (epochs > 0 || growth > GROWN_AT_MOST) {
+        if growth > GROWN_AT_MOST {
+            // A phase's first seconds: the samples go mostly to pages the slice did not hold,
+            // and spread over those it did they made a floor ten times the heats (t41b's first
+            // draw: 23.5 samples, where t41a's, as read, was 2.4).
+            return recent.then_some(decay);
+        }
+        if epochs > 0 && !recent {
             return None;
         }
         Some(decay * growth)
@@ -431,6 +439,39 @@ mod tests {
         let mut top = HeatHistogram::default();
         top.add_scaled(&h, 1e9);
         assert!(near(top.mass[BUCKETS - 1], 2100.0 * 1e9));
+    }
+
+    #[test]
+    fn a_slice_is_grown_by_the_heat_its_shards_took_since_unless_that_is_most_of_it() {
+        // By hand: a slice read at 10 s holding 1,000 samples of heat (256,000 fixed point),
+        // its shards having taken 100 samples ever; a one-minute half-life.
+        let mut histogram = HeatHistogram::default();
+        histogram.add(256_000, 256_000);
+        let read = SliceRead {
+            taken_ms: 10_000,
+            histogram,
+            heat_added: 100,
+        };
+        // 300 samples since, in the same epoch: (1,000 + 300) / 1,000, recent or not.
+        assert_eq!(read.factor_now(400, 50_000, 60_000, false), Some(1.3));
+        assert_eq!(read.factor_now(400, 50_000, 60_000, true), Some(1.3));
+        // 2,000 since: three times the heat, most of it on pages the slice did not hold. A
+        // recent slice counts as read, an older one is left out.
+        assert_eq!(read.factor_now(2100, 50_000, 60_000, true), Some(1.0));
+        assert_eq!(read.factor_now(2100, 50_000, 60_000, false), None);
+        // Past the 60 s boundary its heat is 500: 200 since is (500 + 200) / 500 = 1.4 times
+        // that, half of what it was read at (0.7); an older slice read before the boundary is
+        // left out. 300 since is 1.6 times: a recent slice is then only halved.
+        assert_eq!(read.factor_now(300, 61_000, 60_000, true), Some(0.7));
+        assert_eq!(read.factor_now(300, 61_000, 60_000, false), None);
+        assert_eq!(read.factor_now(400, 61_000, 60_000, true), Some(0.5));
+        // No heat held: nothing to add.
+        let empty = SliceRead {
+            taken_ms: 0,
+            histogram: HeatHistogram::default(),
+            heat_added: 0,
+        };
+        assert_eq!(empty.factor_now(10, 1, 60_000, true), None);
     }
 
     #[test]
