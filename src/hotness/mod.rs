@@ -279,7 +279,7 @@ impl HotTable {
             }
         }
         let floor = all.floor_of_share(share);
-        // No heat in the recent slices (a few tracked pages, all in other slices): the last
+        // No heat in the slices drawn from (a few tracked pages, all in other slices): the last
         // floor stands; with none yet, nothing is shown to be hot.
         if floor != u32::MAX || self.floor().drawn() == 0 {
             self.store_floor(share::DrawnFloor::new(floor, now));
