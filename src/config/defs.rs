@@ -204,8 +204,8 @@ pub static SETTINGS: &[Setting] = &[
          percentage of the hot_share_pct floor (the lowest drawn in the last 20 s of \
          samples), whatever the free memory (with hot_share_room_mb, only what a short fast \
          node lacks) and within promote_rate_limit_MBps (not while paused), except a page in \
-         a large folio; \
-         corrects promotions made on a few samples; needs hot_share_pct; 0: off \
+         a large folio, or one it moved back before and promoted again above 80 % of that \
+         share; corrects promotions made on a few samples; needs hot_share_pct; 0: off \
          [default: {default}]",
     )
     .doc(
@@ -214,8 +214,10 @@ pub static SETTINGS: &[Setting] = &[
          samples), whatever the free memory (with `hot_share_room_mb`, only what a short \
          fast node lacks) and within `promote_rate_limit_MBps`, not while paused \
          (`pgdemote_below_floor`); a page in a \
-         large folio stays (`pgdemote_held_large_folio`: moving it moves the folio); corrects \
-         promotions made on a few samples; needs `hot_share_pct`; 0: off",
+         large folio stays (`pgdemote_held_large_folio`: moving it moves the folio), and so \
+         does one pghotd moved back before and promoted again, until under 80 % of that share \
+         (it came back: it sits at the hot set's edge); corrects promotions made on a few \
+         samples; needs `hot_share_pct`; 0: off",
     )
     .runtime(),
     Setting::int(

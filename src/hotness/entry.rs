@@ -58,6 +58,10 @@ pub const HEAT_ONE: u32 = 256;
 pub(crate) const FLAG_QUEUED: u8 = 1;
 /// pghotd itself moved the page to the top tier (demotion only ever moves these back).
 pub(crate) const FLAG_PROMOTED: u8 = 2;
+/// pghotd moved the page back to a lower tier at least once; kept when it is promoted again,
+/// so that a page that came back is held to a lower bar before it goes back again (see
+/// `fallen::RETURNED_RANK_PCT`).
+pub(crate) const FLAG_MOVED_BACK: u8 = 4;
 
 /// One tracked page. Kept at 24 bytes so that, with the table's 3/4 load limit, a tracked
 /// page costs 32 bytes of memory.

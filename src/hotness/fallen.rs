@@ -31,6 +31,19 @@ use crate::topology::NodeId;
 /// up to 64 MiB of promoted 4 KiB pages each second, in turns beyond that.
 pub const CHECK_PER_UPKEEP: usize = 16_384;
 
+/// A page pghotd moved back and promoted again goes back only under this percentage of the
+/// bar a page promoted once meets. Its return is evidence that it sits at the hot set's edge
+/// rather than below it, as a page cache refault within the active list's size is
+/// (mm/workingset.c `workingset_refault`); without it such pages went back and forth with the
+/// floor's draws (BENCHMARKS.md, issue 18, "Moving back less, or a longer half-life").
+pub const RETURNED_RANK_PCT: u32 = 80;
+
+/// The rank a returned page is re-checked with: its own, scaled so that it falls under the
+/// bar only below [`RETURNED_RANK_PCT`] of it.
+pub(super) fn returned_rank(rank: u32) -> u32 {
+    u32::try_from(u64::from(rank) * 100 / u64::from(RETURNED_RANK_PCT)).unwrap_or(u32::MAX)
+}
+
 /// What a re-check measures the listed pages against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Bar {

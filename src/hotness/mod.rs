@@ -58,7 +58,7 @@ use parking_lot::Mutex;
 
 use entry::mix;
 pub use entry::{Entry, PAGE_SIZE, PageKey};
-use entry::{FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms, epochs_between};
+use entry::{FLAG_MOVED_BACK, FLAG_PROMOTED, FLAG_QUEUED, HEAT_ONE, decayed, elapsed_ms};
 use shard::{Shard, Slot};
 
 use crate::sample::AccessOp;
@@ -76,7 +76,8 @@ pub struct HotnessConfig {
     /// the tracked pages' heat (see [`share`]); 0 or 100: no such limit.
     pub hot_share_pct: u8,
     /// Pages pghotd promoted whose heat falls under this percentage of the `hot_share_pct`
-    /// floor are handed to the migrators to move back (see [`fallen`]); 0: off.
+    /// floor are handed to the migrators to move back (see [`fallen`]; a page moved back before
+    /// and promoted again, under [`fallen::RETURNED_RANK_PCT`] of that); 0: off.
     pub demote_below_floor_pct: u8,
     /// For a fast node with this many MiB of room or more (free memory above
     /// `promote_min_free_pct`), `hot_share_pct` and `demote_below_floor_pct` stand aside (see
@@ -149,11 +150,11 @@ pub struct HotTable {
 }
 
 /// The heat-floor passes' state: which slice of the shards the next reads, and each slice's
-/// histogram with the table clock when it was read.
+/// histogram as it was last read.
 #[derive(Debug, Default)]
 struct HeatSlices {
     next: usize,
-    latest: Vec<Option<(u32, share::HeatHistogram)>>,
+    latest: Vec<Option<share::SliceRead>>,
     /// The last floors drawn, for moving back.
     floors: share::RecentFloors,
 }
@@ -252,31 +253,33 @@ impl HotTable {
             slices.next = 0;
         }
         let slice = slices.next;
-        let shards = self.shards.len();
-        let mut read = share::HeatHistogram::default();
-        for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
-            let shard = shard.lock();
-            for e in shard.iter() {
-                let heat = decayed(e.heat, e.last_ms, now, halflife);
-                read.add(share::rank(heat, e.key().mixed()), heat);
+        let added = self.heat_added_by_slice(count);
+        slices.latest[slice] = Some(share::SliceRead {
+            taken_ms: now,
+            histogram: self.read_heat_slice(slice, count, now, halflife),
+            heat_added: added[slice],
+        });
+        slices.next = (slice + 1) % count;
+        // The slices are a hash partition of the pages, so each is a uniform sample of them:
+        // the more a draw reads, the less it moves from one pass to the next (from a quarter
+        // of the table, the floor moved by up to a quarter round to round while every heat
+        // grew: BENCHMARKS.md, issue 18, "Moving back less"). An older slice misses the
+        // samples its pages took since it was read, so each is grown by those (and decayed
+        // by the heats' own steps: a continuous decay left the floor up to twice the heats
+        // for the 20 s after each boundary, r24b).
+        let mut all = share::HeatHistogram::default();
+        for back in 0..count {
+            let i = (slice + count - back) % count;
+            let Some(read) = slices.latest[i].as_ref() else {
+                continue;
+            };
+            let recent = back < share::RECENT_SLICES;
+            if let Some(factor) = read.factor_now(added[i], now, halflife, recent) {
+                all.add_scaled(&read.histogram, factor);
             }
         }
-        slices.latest[slice] = Some((now, read));
-        slices.next = (slice + 1) % count;
-        // The slices read in the last few passes: a uniform sample of the pages (the shards
-        // are a hash partition), none of it older than those passes. Older slices miss the
-        // samples their pages took since, which matters while heats are still rising.
-        let recent = share::RECENT_SLICES.min(count);
-        let mut all = share::HeatHistogram::default();
-        let recent_slices = (0..recent).map(|back| (slice + count - back) % count);
-        for (taken_ms, histogram) in recent_slices.filter_map(|i| slices.latest[i].as_ref()) {
-            // The heats' own steps: a continuous decay left the floor up to twice the heats
-            // for the 20 s after each boundary (r24b: 13 % of the hot set moved back at once).
-            let half_lives = epochs_between(*taken_ms, now, halflife);
-            all.add_decayed(histogram, f64::from(half_lives));
-        }
         let floor = all.floor_of_share(share);
-        // No heat in the recent slices (a few tracked pages, all in other slices): the last
+        // No heat in the slices drawn from (a few tracked pages, all in other slices): the last
         // floor stands; with none yet, nothing is shown to be hot.
         if floor != u32::MAX || self.floor().drawn() == 0 {
             self.store_floor(share::DrawnFloor::new(floor, now));
@@ -288,6 +291,39 @@ impl HotTable {
         if let Some(lowest) = slices.floors.lowest(now, halflife) {
             self.demote_floor.store(lowest.bits(), Ordering::Relaxed);
         }
+    }
+
+    /// Slice `slice` of `count`'s heat histogram at `now_ms`.
+    fn read_heat_slice(
+        &self,
+        slice: usize,
+        count: usize,
+        now_ms: u32,
+        halflife_ms: u32,
+    ) -> share::HeatHistogram {
+        let shards = self.shards.len();
+        let mut read = share::HeatHistogram::default();
+        for shard in &self.shards[slice * shards / count..(slice + 1) * shards / count] {
+            let shard = shard.lock();
+            for e in shard.iter() {
+                let heat = decayed(e.heat, e.last_ms, now_ms, halflife_ms);
+                read.add(share::rank(heat, e.key().mixed()), heat);
+            }
+        }
+        read
+    }
+
+    /// The samples that have added heat to each of `count` slices' shards, ever.
+    fn heat_added_by_slice(&self, count: usize) -> Vec<u64> {
+        let shards = self.shards.len();
+        (0..count)
+            .map(|slice| {
+                self.shards[slice * shards / count..(slice + 1) * shards / count]
+                    .iter()
+                    .map(|s| s.lock().heat_added)
+                    .sum()
+            })
+            .collect()
     }
 
     fn floor(&self) -> share::DrawnFloor {
@@ -325,8 +361,14 @@ impl HotTable {
                 let (lock, hash) = self.shard_of(key);
                 let shard = lock.lock();
                 let e = shard.get(key, hash)?;
-                (e.is_promoted() && e.node == node)
-                    .then(|| share::rank(decayed(e.heat, e.last_ms, now, halflife), hash))
+                (e.is_promoted() && e.node == node).then(|| {
+                    let rank = share::rank(decayed(e.heat, e.last_ms, now, halflife), hash);
+                    if e.flags & FLAG_MOVED_BACK != 0 {
+                        fallen::returned_rank(rank)
+                    } else {
+                        rank
+                    }
+                })
             }));
         }
         // A page moved back and promoted again before a re-check saw it leave is listed twice.
@@ -546,6 +588,7 @@ impl HotTable {
         if newly_counting {
             shard.counting += 1;
         }
+        shard.heat_added += 1;
         if candidate {
             Recorded::Candidate
         } else {
@@ -567,6 +610,7 @@ impl HotTable {
                 e.last_ms = now;
             }
             e.node = access.node;
+            shard.heat_added += 1;
         }
     }
 
@@ -616,6 +660,17 @@ impl HotTable {
         self.update(key, |e| {
             e.node = node;
             e.flags &= !(FLAG_QUEUED | FLAG_PROMOTED);
+            e.count = 0;
+        });
+    }
+
+    /// pghotd moved the page back to `node` (a lower tier): as `mark_demoted`, and remembered,
+    /// so that if it is promoted again it goes back only under a lower bar (see
+    /// `fallen::RETURNED_RANK_PCT`).
+    pub fn mark_moved_back(&self, key: PageKey, node: NodeId) {
+        self.update(key, |e| {
+            e.node = node;
+            e.flags = (e.flags & !(FLAG_QUEUED | FLAG_PROMOTED)) | FLAG_MOVED_BACK;
             e.count = 0;
         });
     }
@@ -992,6 +1047,75 @@ mod tests {
     }
 
     #[test]
+    fn a_page_that_came_back_goes_back_only_under_a_lower_bar() {
+        // As above, with pages 21 and 22 at 70 samples each (ranks 70 to 71), both ours on
+        // node 0; page 21 went back once and came back. By hand: with the hot pages at 160,
+        // 80 % of 1,740 is 1,392, 1,392 of the 160-176 bucket's 1,600 down from its top: 160 +
+        // 16 * 0.13 = 162.08; half of it is 81.04. Page 22 is under it and goes back; page 21
+        // is re-checked at 100/80 of its rank, 87.5 to 88.75, over it: stays.
+        let t = HotTable::new(
+            1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                demote_below_floor_pct: 50,
+                ..policy(2, 3_600_000)
+            },
+        );
+        let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
+        let (page21, page22) = (access(1, 21, 0).key, access(1, 22, 0).key);
+        (1..=10).for_each(|page| sampled(page, 100));
+        sampled(21, 70);
+        sampled(22, 70);
+        t.mark_promoted_by_us(page21, 0);
+        t.mark_moved_back(page21, 2);
+        assert!(!t.get(page21).unwrap().is_promoted());
+        t.mark_promoted_by_us(page21, 0);
+        t.mark_promoted_by_us(page22, 0);
+        (1..=10).for_each(|page| sampled(page, 60));
+        for _ in 0..share::DEMOTE_FLOOR_DRAWS {
+            t.set_recorded_rate(1.0);
+        }
+        assert_eq!(t.take_fallen(&[0]), vec![page22]);
+    }
+
+    #[test]
+    fn a_draw_reads_every_slice_grown_by_the_samples_its_pages_took_since() {
+        // 16 shards, so 16 slices; heat is the sample count (an hour's half-life), an 80 %
+        // share. By hand: 100 pages of 400 samples (40,000) and 900 of 40 (36,000). 80 % of
+        // 76,000 is 60,800, so the floor lies among the 40-sample pages: 20,800 of their
+        // 36,000 (0.5778) down from the top of their bucket (40 samples is 10,240 in fixed
+        // point, the bucket 10,240 to 11,264): 10,240 + 0.4222 x 1,024 = 10,672, 41.69 samples.
+        let t = HotTable::new(
+            16 * 1024,
+            HotnessConfig {
+                heat_halflife_ms: 3_600_000,
+                hot_share_pct: 80,
+                ..policy(3, 3_600_000)
+            },
+        );
+        let sampled = |page, from: u64, to: u64| {
+            (from..to).for_each(|k| _ = t.record(&access(1, page, k)));
+        };
+        (0..100).for_each(|page| sampled(page, 0, 400));
+        (100..1000).for_each(|page| sampled(page, 0, 40));
+        (0..16).for_each(|_| t.set_recorded_rate(1.0));
+        assert_eq!(t.heat_floor(), Some(10_672.0 / 256.0));
+        // Every page takes two fifths more samples (560 and 56): every heat grows by 1.4, and
+        // one more pass reads one slice and grows the other 15 by the samples their pages took
+        // since. The floor is 1.4 times as high, 58.36 samples, less a little: the fresh
+        // slice's 56-sample pages spread over their own bucket (14,336 to 15,360) where grown
+        // ones spread over 1.4 times theirs; were it a sixteenth of the pages, 58.31. (Drawn
+        // from the four latest slices alone, the rule before, the first floor was 41.46: a
+        // quarter of the pages.)
+        (0..100).for_each(|page| sampled(page, 400, 560));
+        (100..1000).for_each(|page| sampled(page, 40, 56));
+        t.set_recorded_rate(1.0);
+        let floor = t.heat_floor().unwrap();
+        assert!((58.2..58.4).contains(&floor), "{floor}");
+    }
+
+    #[test]
     fn pages_at_the_floor_s_sample_count_pass_in_the_share_s_proportion() {
         // 4 shards, 4 slices: 4 passes read every page. Heat is the sample count (an hour's
         // half-life), threshold 3, a 50 % share. By hand: 1,000 pages of 3 samples (3,000) and
@@ -1049,19 +1173,19 @@ mod tests {
     fn the_heat_floor_reads_a_slice_a_pass_and_decays_the_others_exactly() {
         let t = sliced_share_table();
         // By hand: 200 pages of 50 samples (10,000) and 2,000 of one (2,000), all at sample
-        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (and so in
-        // the quarter of the table the last 4 passes read, about 50 hot pages of 2,500 and
-        // 500 cold of 500), so the floor is in their bucket: 50 samples = 12,800 = 0b11001 <<
-        // 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples, up to 52 (how far into it
-        // depends on how many hot and cold pages the recent slices hold).
+        // times under 1 s: 80 % of 12,000 is 9,600, within the hot pages' 10,000 (the 16
+        // passes read every slice, with no sample since), so the floor is in their bucket: 50
+        // samples = 12,800 = 0b11001 << 9, top 4 bits 1100 -> 12 << 10 = 12,288 = 48 samples,
+        // up to 52 (9,600 of 10,000 down from its top: 48.16).
         hot_and_cold_swept(&t, 2000, 0);
         let floor = t.heat_floor().unwrap();
         assert!((48.0..52.0).contains(&floor), "{floor}");
         // One half-life later (one sample moves the clock to 60.5 s), every hot page holds 25:
         // 0b11001 << 8, so the bucket 12 << 9 = 6,144 = 24 samples up to 26, where their
         // ranks (25 and under one more) are. The slice this pass reads holds the decayed heats;
-        // the 3 other recent ones are shifted down an octave, which must agree: left where
-        // they were, they would hold 3/4 of the heat in the 48-sample bucket.
+        // the 3 other recent ones are shifted down an octave, which must agree (left where
+        // they were, they would hold 3/4 of the heat in the 48-sample bucket), and the 12
+        // older ones, read before the boundary, are left out until read again.
         t.record(&access(1, 5000, 60_500));
         t.set_recorded_rate(1.0);
         let floor = t.heat_floor().unwrap();

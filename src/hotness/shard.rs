@@ -36,6 +36,9 @@ pub(crate) struct Shard {
     /// Latest sample time seen by this shard (truncated ms).
     pub(crate) now_ms: u32,
     pub(crate) evicted: u64,
+    /// Samples that added heat to this shard's pages, ever (a running count): how much a
+    /// slice's heat grew since the heat-floor pass last read it (`HotTable::retune_heat_floor`).
+    pub(crate) heat_added: u64,
     /// Entries with a count above 0 (sampled on a lower tier, not promoted or demoted since):
     /// kept by `HotTable`, which changes counts, and by eviction here.
     pub(crate) counting: usize,
@@ -58,6 +61,7 @@ impl Shard {
             capacity,
             now_ms: 0,
             evicted: 0,
+            heat_added: 0,
             counting: 0,
         }
     }

@@ -38,15 +38,23 @@
 //! natively (`cargo bench --bench ingest`), but about 4 s in the rig's TCG guest, whose
 //! modelled memory makes each cache miss cost microseconds, so one pass per 5 s of sample time
 //! took most of a vCPU there. So each pass reads one of up to [`SLICES`] slices of the shards
-//! and keeps its histogram with the time it was taken; the floor is computed from the
-//! [`RECENT_SLICES`] latest histograms, each decayed to now. Decay is exact for that: a page's
-//! heat halves every half-life whether it is read or not, which moves its mass down 8 buckets
-//! and halves it ([`HeatHistogram::add_decayed`]); what a slice's histogram misses is the
-//! samples its pages took since it was read, which is why only recent slices are used: with
-//! all 16, a table whose heats were still rising (a phase's first minute) kept a floor drawn
-//! mostly from slices read when every page had a sample or two. The shards are a hash
-//! partition of the pages, so the recent slices are a uniform sample of the table; when they
-//! hold no heat at all (a few tracked pages, all in other slices) the last floor stands.
+//! and keeps its histogram with the time it was taken, and the floor is drawn from every
+//! slice's last histogram brought to now ([`SliceRead::factor_now`]). Decay is exact for that:
+//! a page's heat halves every half-life whether it is read or not, which moves its mass down
+//! 8 buckets and halves it ([`HeatHistogram::add_scaled`]). What a slice's histogram misses is
+//! the samples its pages took since it was read; each shard counts the samples that add heat
+//! to its pages, and in a steady phase every page's heat grows by the same factor (its sample
+//! rate times a time that is the same for all), so a slice is grown by the heat its shards
+//! took since, in proportion. A slice read before the last epoch boundary, or grown by more
+//! than half since ([`GROWN_AT_MOST`]: a phase's first minute, when the samples go to pages
+//! the slice did not hold yet), is left out, except the [`RECENT_SLICES`] latest, which are
+//! then taken as read (decayed, not grown). With only
+//! those four, each draw read a quarter of the pages and the floor moved by up to a quarter
+//! from one draw to the next while every heat grew (BENCHMARKS.md, issue 18, "Moving back
+//! less"); with all 16 and no growth, a table whose heats were still rising kept a floor drawn
+//! mostly from slices read when every page had a sample or two (r23b). The shards are a hash
+//! partition of the pages, so the slices are uniform samples of the table; when those drawn
+//! from hold no heat at all (a few tracked pages, all in other slices) the last floor stands.
 //!
 //! The floor also corrects what was promoted before it stood where it does
 //! (`demote_below_floor_pct`): see [`fallen`](super::fallen).
@@ -139,9 +147,63 @@ impl RecentFloors {
 /// Slices of the shards one heat-floor pass reads one of (fewer with fewer shards).
 pub const SLICES: usize = 16;
 
-/// The floor is drawn from the slices read in this many latest passes (a quarter of the
-/// table, read within the last 20 s of sample time).
+/// The slices read in this many latest passes always join a draw (a quarter of the table,
+/// read within the last 20 s of sample time).
 pub const RECENT_SLICES: usize = 4;
+
+/// An older slice joins a draw while its heat grew by at most this factor since it was read,
+/// within the same epoch: beyond that (a phase's first minute) its pages are not the ones
+/// taking the samples, and a growth spread over them in proportion would misplace it.
+pub const GROWN_AT_MOST: f64 = 1.5;
+
+/// One slice's histogram as a heat-floor pass read it.
+#[derive(Debug, Clone)]
+pub(crate) struct SliceRead {
+    /// The table's clock then (ms).
+    pub(crate) taken_ms: u32,
+    pub(crate) histogram: HeatHistogram,
+    /// The samples that had added heat to its shards' pages, ever, then.
+    pub(crate) heat_added: u64,
+}
+
+impl SliceRead {
+    /// What to multiply this slice's heats by for them to stand for now, given the samples
+    /// that have added heat to its shards, ever (`heat_added_now`): halved at each epoch
+    /// boundary since the read, as every heat is, and grown by the heat those samples added
+    /// since, spread over its pages in proportion to their heat (a page's decayed heat is its
+    /// sample rate times a time that is the same for every page, so in a steady phase every
+    /// heat grows by the same factor). A slice grown by more than [`GROWN_AT_MOST`] is not
+    /// grown: `None` unless `recent`, which then counts as read (decayed only); an older slice
+    /// read before the last epoch boundary is `None` too. `None` also when it holds no heat.
+    pub(crate) fn factor_now(
+        &self,
+        heat_added_now: u64,
+        now_ms: u32,
+        halflife_ms: u32,
+        recent: bool,
+    ) -> Option<f64> {
+        let epochs = super::entry::epochs_between(self.taken_ms, now_ms, halflife_ms);
+        let decay = (-f64::from(epochs)).exp2();
+        let held = self.histogram.total() * decay;
+        if held <= 0.0 {
+            return None;
+        }
+        // Samples taken before a boundary the slice crossed have halved since: counted whole,
+        // which overstates the growth of a recent slice by at most a pass's samples.
+        let added = heat_added_now.saturating_sub(self.heat_added) as f64;
+        let growth = (held + added * f64::from(super::HEAT_ONE)) / held;
+        if growth > GROWN_AT_MOST {
+            // A phase's first seconds: the samples go mostly to pages the slice did not hold,
+            // and spread over those it did they made a floor ten times the heats (t41b's first
+            // draw: 23.5 samples, where t41a's, as read, was 2.4).
+            return recent.then_some(decay);
+        }
+        if epochs > 0 && !recent {
+            return None;
+        }
+        Some(decay * growth)
+    }
+}
 
 /// Heats below this each have their own bucket.
 const EXACT: u32 = 16;
@@ -207,17 +269,47 @@ impl HeatHistogram {
         self.mass[bucket(rank)] += f64::from(heat);
     }
 
-    /// Adds `other` as it is `half_lives` half-lives later: each bucket's mass is scaled by
-    /// 2^-half_lives and moved down 8 buckets per half-life (to the nearest bucket). Below the
-    /// per-octave buckets (heat under 16/256 of a sample) mass is kept in bucket 0.
-    pub fn add_decayed(&mut self, other: &HeatHistogram, half_lives: f64) {
-        let half_lives = half_lives.max(0.0);
-        let scale = (-half_lives).exp2();
-        // `as` saturates: a shift past the array moves everything to bucket 0.
-        let shift = (half_lives * 8.0).round() as usize;
-        for (index, mass) in other.mass.iter().enumerate() {
-            if *mass > 0.0 {
-                self.mass[index.saturating_sub(shift)] += mass * scale;
+    /// All the heat it holds.
+    pub fn total(&self) -> f64 {
+        self.mass.iter().sum()
+    }
+
+    /// Adds `other` with every page's heat (and rank) multiplied by `factor`, the mass with
+    /// them. Each bucket's heats are taken as spread evenly over it, as
+    /// [`floor_of_share`](Self::floor_of_share) takes them: its range times `factor` is laid
+    /// over the buckets it covers, each taking the part of the mass it overlaps. A decay of
+    /// `n` half-lives is the factor 2^-n, whole octaves, which move each per-octave bucket
+    /// exactly 8 buckets down per half-life; a growth of a few percent moves part of a
+    /// bucket's mass to the next (one bucket is 6-12 %, too coarse to round to).
+    pub fn add_scaled(&mut self, other: &HeatHistogram, factor: f64) {
+        if !(factor > 0.0 && factor.is_finite()) {
+            return;
+        }
+        const TOP: f64 = 4_294_967_296.0;
+        for (index, &mass) in other.mass.iter().enumerate() {
+            if mass <= 0.0 {
+                continue;
+            }
+            let low = (f64::from(lower_bound(index)) * factor).min(TOP - 1.0);
+            let high = (upper_bound(index) as f64 * factor).min(TOP);
+            let mass = mass * factor;
+            let width = high - low;
+            // `as` saturates: a heat past u32 is the last bucket's.
+            let mut target = bucket(low as u32);
+            if width <= 0.0 {
+                self.mass[target] += mass;
+                continue;
+            }
+            loop {
+                let overlap = (upper_bound(target) as f64).min(high)
+                    - f64::from(lower_bound(target)).max(low);
+                if overlap > 0.0 {
+                    self.mass[target] += mass * overlap / width;
+                }
+                if upper_bound(target) as f64 >= high || target + 1 == BUCKETS {
+                    break;
+                }
+                target += 1;
             }
         }
     }
@@ -231,7 +323,7 @@ impl HeatHistogram {
         if share_pct == 0 || share_pct >= 100 {
             return 0;
         }
-        let total: f64 = self.mass.iter().sum();
+        let total = self.total();
         if total <= 0.0 {
             return u32::MAX;
         }
@@ -304,28 +396,82 @@ mod tests {
     fn a_decayed_histogram_is_the_histogram_of_the_decayed_heats() {
         // By hand: 10 pages of 1,000 and 90 of 10, as above, two half-lives later: 250 and
         // 2.5 (the table's heats are whole fixed-point numbers, 2 after two halvings). The
-        // 1,000s move from bucket 9 * 8 - 24 + 15 = 63 (lower bound 960) down 16 to 47
-        // (lower bound 240, holding 240..=255); the 10s (exact buckets) fold into bucket 0.
+        // 1,000s move from bucket 9 * 8 - 24 + 15 = 63 (960..1,024) down 16 to 47 (240..256);
+        // the 10s, in exact bucket 10 (10..11), move to 2.5..2.75, in bucket 2.
         let mut h = HeatHistogram::default();
         (0..10).for_each(|_| h.add(1000, 1000));
         (0..90).for_each(|_| h.add(10, 10));
         let mut later = HeatHistogram::default();
-        later.add_decayed(&h, 2.0);
+        later.add_scaled(&h, 0.25);
         assert_eq!(later.mass[47], 2500.0);
-        assert_eq!(later.mass[0], 225.0);
+        assert_eq!(later.mass[2], 225.0);
         // 80 % of 2,725 is 2,180, 0.872 of bucket 47 down from its top: 240 + 16 * 0.128.
         assert_eq!(later.floor_of_share(80), 242);
-        // A whole half-life plus a quarter rounds to 10 buckets down; no time, no change.
-        let mut again = HeatHistogram::default();
-        again.add_decayed(&h, 1.25);
-        assert_eq!(again.mass[53], 10_000.0 * (-1.25f64).exp2());
+        // No time, no change.
         let mut same = HeatHistogram::default();
-        same.add_decayed(&h, 0.0);
+        same.add_scaled(&h, 1.0);
         assert_eq!(same.mass, h.mass);
-        // Far later everything is in bucket 0.
+        // Forty half-lives later everything is in bucket 0 (960 * 2^-40 is under one unit).
         let mut gone = HeatHistogram::default();
-        gone.add_decayed(&h, 1e9);
+        gone.add_scaled(&h, (-40f64).exp2());
         assert_eq!(gone.mass[1..], [0.0; BUCKETS - 1]);
+        assert!(gone.mass[0] > 0.0);
+    }
+
+    #[test]
+    fn a_grown_histogram_lays_each_bucket_over_the_buckets_its_heats_grew_into() {
+        // By hand: 1,000 is in bucket 63 (960..1,024: msb 9, top four bits 1111), 1,100 in 64
+        // (1,024..1,152: msb 10, 1000); from 1,024 the buckets are 128 wide. A quarter more:
+        // 960..1,024 becomes 1,200..1,280, inside bucket 65 (1,152..1,280), so all its 1,250
+        // goes there; 1,024..1,152 becomes 1,280..1,440, of which 128 of 160 fall in bucket 66
+        // (1,280..1,408) and 32 in 67 (1,408..1,536): 1,375 x 0.8 and x 0.2.
+        let mut h = HeatHistogram::default();
+        h.add(1000, 1000);
+        h.add(1100, 1100);
+        let mut grown = HeatHistogram::default();
+        grown.add_scaled(&h, 1.25);
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(near(grown.mass[65], 1250.0), "{}", grown.mass[65]);
+        assert!(near(grown.mass[66], 1100.0), "{}", grown.mass[66]);
+        assert!(near(grown.mass[67], 275.0), "{}", grown.mass[67]);
+        assert!(near(grown.total(), 2625.0));
+        // Off the top: the last bucket keeps it.
+        let mut top = HeatHistogram::default();
+        top.add_scaled(&h, 1e9);
+        assert!(near(top.mass[BUCKETS - 1], 2100.0 * 1e9));
+    }
+
+    #[test]
+    fn a_slice_is_grown_by_the_heat_its_shards_took_since_unless_that_is_most_of_it() {
+        // By hand: a slice read at 10 s holding 1,000 samples of heat (256,000 fixed point),
+        // its shards having taken 100 samples ever; a one-minute half-life.
+        let mut histogram = HeatHistogram::default();
+        histogram.add(256_000, 256_000);
+        let read = SliceRead {
+            taken_ms: 10_000,
+            histogram,
+            heat_added: 100,
+        };
+        // 300 samples since, in the same epoch: (1,000 + 300) / 1,000, recent or not.
+        assert_eq!(read.factor_now(400, 50_000, 60_000, false), Some(1.3));
+        assert_eq!(read.factor_now(400, 50_000, 60_000, true), Some(1.3));
+        // 2,000 since: three times the heat, most of it on pages the slice did not hold. A
+        // recent slice counts as read, an older one is left out.
+        assert_eq!(read.factor_now(2100, 50_000, 60_000, true), Some(1.0));
+        assert_eq!(read.factor_now(2100, 50_000, 60_000, false), None);
+        // Past the 60 s boundary its heat is 500: 200 since is (500 + 200) / 500 = 1.4 times
+        // that, half of what it was read at (0.7); an older slice read before the boundary is
+        // left out. 300 since is 1.6 times: a recent slice is then only halved.
+        assert_eq!(read.factor_now(300, 61_000, 60_000, true), Some(0.7));
+        assert_eq!(read.factor_now(300, 61_000, 60_000, false), None);
+        assert_eq!(read.factor_now(400, 61_000, 60_000, true), Some(0.5));
+        // No heat held: nothing to add.
+        let empty = SliceRead {
+            taken_ms: 0,
+            histogram: HeatHistogram::default(),
+            heat_added: 0,
+        };
+        assert_eq!(empty.factor_now(10, 1, 60_000, true), None);
     }
 
     #[test]

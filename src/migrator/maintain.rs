@@ -235,7 +235,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             let mut failed = 0u64;
             for (k, &s) in keys.iter().zip(&status) {
                 if s == i32::from(self.node) {
-                    self.table.mark_demoted(*k, self.node);
+                    self.table.mark_moved_back(*k, self.node);
                 } else {
                     failed += 1;
                 }
