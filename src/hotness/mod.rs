@@ -1007,11 +1007,10 @@ mod tests {
         assert_eq!(t.take_fallen(&[0, 1]), vec![]);
     }
 
-    #[test]
-    fn a_page_goes_back_only_under_every_floor_drawn_in_the_last_draws() {
-        // One shard, so each draw reads the whole table; heat is the sample count (an hour's
-        // half-life); an 80 % share; pages we promoted go back under half the floor.
-        let t = HotTable::new(
+    /// One shard, so each draw reads the whole table; heat is the sample count (an hour's
+    /// half-life); an 80 % share; pages we promoted go back under half the floor.
+    fn one_shard_share_table() -> HotTable {
+        HotTable::new(
             1024,
             HotnessConfig {
                 heat_halflife_ms: 3_600_000,
@@ -1019,7 +1018,12 @@ mod tests {
                 demote_below_floor_pct: 50,
                 ..policy(2, 3_600_000)
             },
-        );
+        )
+    }
+
+    #[test]
+    fn a_page_goes_back_only_under_every_floor_drawn_in_the_last_draws() {
+        let t = one_shard_share_table();
         let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
         let page21 = access(1, 21, 0).key;
         // By hand: pages 1..=10 take 100 samples (1,000), page 21 60, ours on node 0. 80 % of
@@ -1053,15 +1057,7 @@ mod tests {
         // 80 % of 1,740 is 1,392, 1,392 of the 160-176 bucket's 1,600 down from its top: 160 +
         // 16 * 0.13 = 162.08; half of it is 81.04. Page 22 is under it and goes back; page 21
         // is re-checked at 100/80 of its rank, 87.5 to 88.75, over it: stays.
-        let t = HotTable::new(
-            1024,
-            HotnessConfig {
-                heat_halflife_ms: 3_600_000,
-                hot_share_pct: 80,
-                demote_below_floor_pct: 50,
-                ..policy(2, 3_600_000)
-            },
-        );
+        let t = one_shard_share_table();
         let sampled = |page, n| (0..n).for_each(|k| _ = t.record(&access(1, page, k)));
         let (page21, page22) = (access(1, 21, 0).key, access(1, 22, 0).key);
         (1..=10).for_each(|page| sampled(page, 100));
