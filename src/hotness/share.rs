@@ -189,7 +189,8 @@ impl SliceRead {
             return None;
         }
         // Samples taken before a boundary the slice crossed have halved since: counted whole,
-        // which overstates the growth of a recent slice by at most a pass's samples.
+        // which overstates a recent slice's growth by half of those (at most 15 s of samples:
+        // an older slice that crossed one is left out).
         let added = heat_added_now.saturating_sub(self.heat_added) as f64;
         let growth = (held + added * f64::from(super::HEAT_ONE)) / held;
         if growth > GROWN_AT_MOST {
