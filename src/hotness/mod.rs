@@ -159,6 +159,14 @@ struct HeatSlices {
     floors: share::RecentFloors,
 }
 
+/// The page now lives on `node`, a lower tier: no longer ours on a fast node, nor a candidate,
+/// and its count starts again.
+fn demoted(e: &mut Entry, node: NodeId) {
+    e.node = node;
+    e.flags &= !(FLAG_QUEUED | FLAG_PROMOTED);
+    e.count = 0;
+}
+
 #[inline]
 fn to_ms(time_ns: u64) -> u32 {
     // Truncation is intended: all comparisons are wrapping (see `entry::elapsed_ms`).
@@ -657,11 +665,7 @@ impl HotTable {
     /// The page is back on `node` (a lower tier: pghotd demoted it, or the migrators' audit
     /// found the kernel did): it starts over as a fresh page.
     pub fn mark_demoted(&self, key: PageKey, node: NodeId) {
-        self.update(key, |e| {
-            e.node = node;
-            e.flags &= !(FLAG_QUEUED | FLAG_PROMOTED);
-            e.count = 0;
-        });
+        self.update(key, |e| demoted(e, node));
     }
 
     /// pghotd moved the page back to `node` (a lower tier): as `mark_demoted`, and remembered,
@@ -669,9 +673,8 @@ impl HotTable {
     /// `fallen::RETURNED_RANK_PCT`).
     pub fn mark_moved_back(&self, key: PageKey, node: NodeId) {
         self.update(key, |e| {
-            e.node = node;
-            e.flags = (e.flags & !(FLAG_QUEUED | FLAG_PROMOTED)) | FLAG_MOVED_BACK;
-            e.count = 0;
+            demoted(e, node);
+            e.flags |= FLAG_MOVED_BACK;
         });
     }
 
