@@ -13,6 +13,7 @@ pub mod datasrc;
 pub mod hwplan;
 pub mod hwsample;
 pub mod ibs;
+pub mod pace;
 pub mod pagefault;
 pub mod pebs;
 pub mod perf;

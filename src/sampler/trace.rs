@@ -22,8 +22,9 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::pace::{self, DrainPace};
 use super::{Source, SourceError};
 use crate::sample::{AccessOp, DataSource, Sample, SourceKind};
 use crate::sampler::SinkFactory;
@@ -348,17 +349,15 @@ impl LineBuf {
     }
 }
 
-/// After a read that found only a trickle (less than this), the next waits [`TRICKLE_GATHER`].
-const TRICKLE_BYTES: usize = 4096;
+// After a read that left the stream empty (it did not fill the buffer), the next waits as
+// [`DrainPace`] says: the time the writer takes to send a page at the rate the reads saw, from
+// a tenth of a second to one. A writer that sends a line or two at a time would otherwise wake
+// the source thread for each, and on the TCG guest each wake-up of an idle pghotd cost about
+// 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). The pace is the perf sampler's, so
+// a trace sample waits no longer than a hardware one. A fast writer fills reads and never
+// waits.
 
-/// How long a trickle is left to gather: a writer that sends a line or two at a time would
-/// otherwise wake the source thread for each, and on the TCG guest each wake-up of an idle
-/// pghotd cost about 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). It matches the perf sampler's drain
-/// interval, so a trace sample waits no longer than a hardware one. A fast writer fills reads,
-/// never waits, and is never held back.
-const TRICKLE_GATHER: Duration = Duration::from_millis(100);
-
-/// Which wait of a gather comes first. Sleeping out [`TRICKLE_GATHER`] and then waiting for
+/// Which wait of a gather comes first. Sleeping out the gather and then waiting for
 /// data is one wake-up when the writer sends more often than that (the data is there when the
 /// sleep ends) and two when it sends less often (the sleep ends on nothing); waiting for data
 /// first and then sleeping out the rest is the other way round. The rig's guest relay writes a
@@ -389,9 +388,13 @@ struct StoppableReader {
     stop: StopToken,
     /// A FIFO, pipe or socket: reads return what a writer has sent so far.
     stream: bool,
-    /// When the last read found only a trickle.
+    /// When the last read left the stream empty.
     trickle_at: Option<Instant>,
     gather: GatherOrder,
+    /// How long a trickle is left to gather, from what the reads before found.
+    pace: DrainPace,
+    /// When the last read returned.
+    read_at: Option<Instant>,
 }
 
 impl StoppableReader {
@@ -439,7 +442,7 @@ impl std::error::Error for Stopped {}
 impl Read for StoppableReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Some(at) = self.trickle_at.take()
-            && !self.gather(at + TRICKLE_GATHER)?
+            && !self.gather(at + self.pace.wait())?
         {
             return Err(io::Error::other(Stopped));
         }
@@ -455,9 +458,13 @@ impl Read for StoppableReader {
             match self.file.read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Ok(n) => {
-                    if self.stream && n > 0 && n < TRICKLE_BYTES.min(buf.len()) {
-                        self.trickle_at = Some(Instant::now());
+                    let now = Instant::now();
+                    if self.stream && n > 0 && n < buf.len() {
+                        self.trickle_at = Some(now);
+                        let over = self.read_at.map_or(pace::FIRST, |at| now - at);
+                        self.pace.drained(n, over);
                     }
+                    self.read_at = Some(now);
                     return Ok(n);
                 }
                 other => return other,
@@ -505,6 +512,8 @@ impl TraceSource {
             stream,
             trickle_at: None,
             gather: GatherOrder::SleepFirst,
+            pace: DrainPace::new(pace::PAGE_BYTES),
+            read_at: None,
         };
         Ok(TraceSource {
             path: path.to_string(),
@@ -667,6 +676,8 @@ impl Source for TraceSource {
 mod tests {
     use super::*;
     use crate::sampler::collect::Collector;
+    use std::io::Seek;
+    use std::time::Duration;
 
     fn sample() -> Sample {
         Sample {
@@ -967,8 +978,45 @@ mod tests {
             stream: true,
             trickle_at: None,
             gather: order,
+            pace: DrainPace::new(pace::PAGE_BYTES),
+            read_at: None,
         };
         (reader, File::from(write))
+    }
+
+    #[test]
+    fn a_trickle_is_left_to_gather_for_as_long_as_its_writer_takes_to_send_a_page() {
+        let (mut r, mut w) = piped(GatherOrder::SleepFirst);
+        let mut buf = vec![0u8; 1 << 16];
+        // 1,024 bytes that came over 100 ms: a page (4,096) takes the writer 400 ms.
+        r.read_at = Some(Instant::now() - Duration::from_millis(100));
+        w.write_all(&[b'x'; 1024]).unwrap();
+        assert_eq!(r.read(&mut buf).unwrap(), 1024);
+        let wait = r.pace.wait();
+        assert!(
+            wait >= Duration::from_millis(400) && wait < Duration::from_millis(480),
+            "{wait:?}"
+        );
+        assert!(r.trickle_at.is_some());
+        // A read that fills the buffer leaves more behind: the next read does not wait.
+        w.write_all(&[b'x'; 100]).unwrap();
+        assert_eq!(r.read(&mut buf[..50]).unwrap(), 50);
+        assert!(r.trickle_at.is_none());
+        // A regular file never gathers.
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"1 0 1 1 0x1000 - L dram 0\n").unwrap();
+        file.rewind().unwrap();
+        let mut f = StoppableReader {
+            file,
+            stop: StopToken::new(),
+            stream: false,
+            trickle_at: None,
+            gather: GatherOrder::SleepFirst,
+            pace: DrainPace::new(pace::PAGE_BYTES),
+            read_at: None,
+        };
+        assert!(f.read(&mut buf).unwrap() > 0);
+        assert!(f.trickle_at.is_none());
     }
 
     #[test]

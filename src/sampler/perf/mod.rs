@@ -32,6 +32,7 @@ use self::open::CpuEvents;
 use self::period::PeriodControl;
 use self::record::{Record, SampleFormat, SampleRecord};
 use super::hwsample::Notes;
+use super::pace::{self, DrainPace};
 use super::{Source, SourceError};
 use crate::sample::{AccessOp, Sample, SourceKind};
 use crate::sampler::{SampleSink, SinkFactory};
@@ -42,7 +43,7 @@ use crate::topology::sysfs::parse_list;
 
 /// How often the run loop looks for CPUs that came or went.
 const HOTPLUG_POLL: Duration = Duration::from_millis(500);
-/// How long a CPU thread sleeps in poll(2) before it drains anyway and checks for a stop.
+/// How long the run loop sleeps between its looks at the CPU threads.
 const DRAIN_INTERVAL_MS: u16 = 100;
 /// Malformed records logged per CPU before going quiet (all are counted).
 const LOGGED_BAD_RECORDS: u64 = 5;
@@ -377,20 +378,34 @@ fn run_cpu(
         .and_then(|specs| specs.iter().find(|e| e.sampling))
         .map_or(0, |e| e.period);
     sink.set_sample_period(applied);
+    // The ring wakes poll(2) at its watermark (open.rs); short of that, the thread drains when
+    // the pace says (a stream that only trickles is left to gather, up to a second) or when
+    // pghotd stops (the stop token's descriptor). A CPU taken offline is noticed within the
+    // pace's wait.
+    let mut pace = DrainPace::new(pace::PAGE_OF_RECORDS);
+    let mut drained_at = Instant::now();
     loop {
         let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
-        let mut fds = [PollFd::new(events.fd(), PollFlags::POLLIN)];
+        let mut fds = vec![PollFd::new(events.fd(), PollFlags::POLLIN)];
+        if let Some(wake) = stop.wake_fd() {
+            fds.push(PollFd::new(wake, PollFlags::POLLIN));
+        }
         let after = if stopping {
             AfterPoll::Drain
         } else {
+            let timeout = u16::try_from(pace.wait().as_millis()).unwrap_or(u16::MAX);
             let polled = {
                 let _waiting = crate::heartbeat::waiting();
-                poll(&mut fds, PollTimeout::from(DRAIN_INTERVAL_MS))
+                poll(&mut fds, PollTimeout::from(timeout))
             };
             after_poll(polled, fds[0].revents())
         };
+        drop(fds);
         // What the ring holds is read either way.
-        reader.drain(&mut events, sink);
+        let records = reader.drain(&mut events, sink);
+        let now = Instant::now();
+        pace.drained(records, now - drained_at);
+        drained_at = now;
         if let AfterPoll::Stop(why) = after {
             tracing::error!(
                 "cpu {}: {why}; its sampler stops (reopened when the CPU list changes)",
@@ -477,19 +492,25 @@ impl<'a> CpuReader<'a> {
         }
     }
 
-    fn drain(&mut self, events: &mut CpuEvents, sink: &mut dyn SampleSink) {
+    /// Drains the CPU's ring; returns the records read (0 after a malformed record).
+    fn drain(&mut self, events: &mut CpuEvents, sink: &mut dyn SampleSink) -> usize {
         let ids = &events.ids;
         let slot_of = |id: u64| open::slot_of(ids, id);
         let plan = self.plan;
-        if let Err(e) = events
+        let read = match events
             .ring
             .drain(|bytes| self.handle(plan, bytes, &slot_of, sink))
         {
-            sink.count(Counter::PerfBadRecords, 1);
-            tracing::warn!("{}: {e}", self.origin);
-        }
+            Ok(read) => read,
+            Err(e) => {
+                sink.count(Counter::PerfBadRecords, 1);
+                tracing::warn!("{}: {e}", self.origin);
+                0
+            }
+        };
         self.hand_over(sink);
         sink.end_batch();
+        read
     }
 
     /// Drains an in-memory ring holding one event's records (benches and tests).
@@ -703,27 +724,31 @@ mod tests {
         let mut source =
             pagefault_source(SysfsRoot::new("/sys")).with_period_control(control.clone());
         let (sinks, stop) = (Collector::this_process(), StopToken::new());
+        // A ring that trickles is drained within a second (pace.rs `LONGEST`).
+        let drained = super::pace::LONGEST + Duration::from_millis(300);
         let (every, one_in_64) = std::thread::scope(|s| {
             let runner = s.spawn(|| source.run(&sinks, &stop));
             let _guard = StopOnDrop(&stop);
             let first = touch_fresh_pages(2048);
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(drained);
             let every = pages_seen(&sinks.take().samples, first, None);
             control.set(64);
-            // Every CPU thread applies the new period at its next drain (100 ms poll); on a
-            // loaded machine that can take longer, so wait until a probe batch shows it.
+            // Every CPU thread applies the new period at its next drain: within a second on
+            // a CPU whose ring only trickles; on a loaded machine that can take longer, so
+            // wait until a probe batch shows it.
+            std::thread::sleep(super::pace::LONGEST);
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             loop {
                 std::thread::sleep(Duration::from_millis(200));
                 let probe = touch_fresh_pages(2048);
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(drained);
                 let seen = pages_seen(&sinks.take().samples, probe, None);
                 if seen <= 128 || std::time::Instant::now() > deadline {
                     break;
                 }
             }
             let second = touch_fresh_pages(8192);
-            std::thread::sleep(Duration::from_millis(300));
+            std::thread::sleep(drained);
             let one_in_64 = pages_seen(&sinks.take().samples, second, None);
             stop.stop();
             runner.join().unwrap().unwrap();
