@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use pghotd::clock::monotonic_ns;
 use pghotd::migrator::ratelimit::{Clock, MonotonicClock, TokenBucket};
 use pghotd::sample::{AccessOp, DataSource, Sample, SourceKind};
+use pghotd::sampler::pace::{self, DrainPace};
 use pghotd::sampler::trace::{TRACE_HEADER, TraceWriter};
 use pghotd::topology::{SysfsRoot, Topology};
 
@@ -42,8 +43,8 @@ const KNOWN_MAX: usize = 1 << 18;
 const QUICK_TRIES: usize = 2;
 /// Searches of every other listed process a second, at most.
 const SEARCHES_PER_S: u64 = 25;
-/// After each batch the relay waits this long before reading again, so that it reads, looks
-/// up and writes many records per system call rather than one; it bounds the delay the relay
+/// After each batch the relay waits before reading again, so that it reads, looks up and
+/// writes many records per system call rather than one; the wait bounds the delay the relay
 /// adds. Each batch costs the guest a few milliseconds of a vCPU whatever it holds (waking,
 /// the port's reads, the FIFO's write and pghotd's wake to read it, all under TCG), and that
 /// CPU is taken from the program's vCPUs: a Redis phase at 4 ms took 25,658 batches and 24 s
@@ -51,13 +52,32 @@ const SEARCHES_PER_S: u64 = 25;
 /// the Debian guest: what pghotd cost the guest"), with `--only` still 7,401 batches of 5.3
 /// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 200 ms (t33a,
 /// BENCHMARKS.md "Fewer wake-ups") the relay woke 5 times a second instead of 12 and took
-/// about as much CPU (4.55 s against 4.6-4.8): past this point its cost is per record, and per
-/// read of the port, whose count the plugin's flushes set (tests/vm/ibs-emu/src/io.rs
-/// `FLUSH_EVERY`). With the plugin's 100 ms a sample waits at most 4 ms of the program's own
-/// time here (the rig's dilation D = 50 stretches the program's time 50-fold,
-/// tests/vm/README.md "Time dilation"), where a real IBS sampler's poll may hold it 100 ms
-/// (src/sampler/perf/mod.rs `DRAIN_INTERVAL_MS`).
-const GATHER: Duration = Duration::from_millis(100);
+/// about as much CPU (4.55 s against 4.6-4.8): past this point a busy stream's cost is per
+/// record, and per read of the port, whose count the plugin's flushes set
+/// (tests/vm/ibs-emu/src/io.rs `FLUSH_EVERY`). A stream that only trickles (a program with few
+/// samples on the slow tier) pays per batch, so the wait follows the stream as a perf ring's
+/// reader does in pghotd (src/sampler/pace.rs): the time the program's records take to fill a
+/// page of trace lines, from 100 ms to a second, as a hardware ring wakes its reader at its
+/// watermark; it also reads the port before it holds [`PORT_BYTES_A_BATCH`]. With the
+/// plugin's own 100 ms a sample waits at most 4 ms of the program's own time at a 100 ms wait
+/// (the rig's dilation D = 50 stretches the program's time 50-fold, tests/vm/README.md "Time
+/// dilation") and 22 ms at a second, as pghotd's perf sampler may hold a sample a second.
+fn gather(
+    lines: &mut DrainPace,
+    port: &mut DrainPace,
+    drained: &Drained,
+    written: usize,
+    over: Duration,
+) -> Duration {
+    lines.drained(written, over);
+    port.drained(drained.bytes, over);
+    lines.wait().min(port.wait())
+}
+/// What the port's queue should hold at most between two batches: a sixteenth of the guest's
+/// receive buffers (drivers/char/virtio_console.c `fill_queue`: one page each, as many as
+/// the virtqueue holds, 128 in QEMU's virtio-serial), so that a busy stream never waits on
+/// the relay.
+const PORT_BYTES_A_BATCH: usize = 32 << 10;
 /// One in this many records the task channel named (and `--only` kept) is checked against
 /// pagemap: a read per 64 records costs the relay little, and a Redis phase's 40,000 such
 /// records give over 600 checks.
@@ -651,6 +671,9 @@ pub fn relay(
     let mut lines: Vec<u8> = Vec::with_capacity(1 << 16);
     let mut stats_at = Instant::now();
     let own_pid = std::process::id();
+    let mut lines_pace = DrainPace::new(pace::PAGE_BYTES);
+    let mut port_pace = DrainPace::new(PORT_BYTES_A_BATCH);
+    let mut batch_at = Instant::now();
     while !term.load(Ordering::Relaxed) {
         let began = Instant::now();
         lines.clear();
@@ -671,9 +694,12 @@ pub fn relay(
         })
         .map_err(|e| format!("{path}: {e}"))?;
         fig.port_reads += drained.reads;
+        let over = began - batch_at;
+        batch_at = began;
+        let wait = gather(&mut lines_pace, &mut port_pace, &drained, lines.len(), over);
         if drained.bytes == 0 {
             // Nothing yet, or no process on the other side (the plugin reconnects).
-            std::thread::sleep(GATHER);
+            std::thread::sleep(wait);
             continue;
         }
         if !lines.is_empty()
@@ -694,7 +720,7 @@ pub fn relay(
             fig.write(stats, &attributor, split.skipped, false);
             stats_at = Instant::now();
         }
-        std::thread::sleep(GATHER);
+        std::thread::sleep(wait);
     }
     fig.write(stats, &attributor, split.skipped, true);
     Ok(())
