@@ -143,10 +143,11 @@ pub static SETTINGS: &[Setting] = &[
     .flag("migrate-hold-ms", "MS")
     .help(
         "Fewer than migrate_batch candidates wait this long from the first (at least \
-             migrate_interval_ms) to share one move_pages call: each call flushes the process's \
-             TLB on every CPU it runs on [default: {default}]",
+             migrate_interval_ms) to share one move_pages call, and a trickle too thin to bring \
+             8 in that time waits until it has, up to ten times as long: each call flushes the \
+             process's TLB on every CPU it runs on [default: {default}]",
     )
-    .doc("fewer than migrate_batch candidates wait this long from the first (at least `migrate_interval_ms`) to share one move_pages call")
+    .doc("fewer than migrate_batch candidates wait this long from the first (at least `migrate_interval_ms`) to share one move_pages call; a trickle too thin to bring 8 in that time waits until it has, up to ten times as long")
     .runtime(),
     Setting::int("migrate_batch", 1, 65_536, field!(migrator.migrate_batch))
         .flag("migrate-batch", "N")
