@@ -6,7 +6,8 @@
 //! is gained by draining sooner: a page sampled that rarely is not urgent. So the wait follows
 //! the stream's own rate: the time it takes to bring about a page of samples ([`PAGE_BYTES`] of
 //! trace lines, [`PAGE_OF_RECORDS`] perf records), between [`FIRST`] and [`LONGEST`]. A stream
-//! that brings that much within [`FIRST`] is drained every [`FIRST`] as before; a perf ring wakes its reader early anyway once it holds its wakeup watermark
+//! that brings that much within [`FIRST`] is drained every [`FIRST`] as before; a perf ring
+//! wakes its reader early anyway once it holds its wakeup watermark
 //! (include/uapi/linux/perf_event.h `wakeup_watermark`), so a burst is never held back by a
 //! long wait.
 

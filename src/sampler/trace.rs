@@ -354,8 +354,9 @@ impl LineBuf {
 // a tenth of a second to one. A writer that sends a line or two at a time would otherwise wake
 // the source thread for each, and on the TCG guest each wake-up of an idle pghotd cost about
 // 1.4 ms of a vCPU (BENCHMARKS.md, "pghotd's idle cost"). The pace is the perf sampler's, so
-// a trace sample waits no longer than a hardware one. A fast writer fills reads and never
-// waits.
+// a trace sample waits no longer than a hardware one: a writer that sends a page or more every
+// 100 ms is read every 100 ms, as a busy perf ring is drained, and one fast enough to fill a
+// read (the 64 KiB buffer) never waits.
 
 /// Which wait of a gather comes first. Sleeping out the gather and then waiting for
 /// data is one wake-up when the writer sends more often than that (the data is there when the
