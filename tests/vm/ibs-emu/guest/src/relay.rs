@@ -43,36 +43,6 @@ const KNOWN_MAX: usize = 1 << 18;
 const QUICK_TRIES: usize = 2;
 /// Searches of every other listed process a second, at most.
 const SEARCHES_PER_S: u64 = 25;
-/// After each batch the relay waits before reading again, so that it reads, looks up and
-/// writes many records per system call rather than one; the wait bounds the delay the relay
-/// adds. Each batch costs the guest a few milliseconds of a vCPU whatever it holds (waking,
-/// the port's reads, the FIFO's write and pghotd's wake to read it, all under TCG), and that
-/// CPU is taken from the program's vCPUs: a Redis phase at 4 ms took 25,658 batches and 24 s
-/// of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s (BENCHMARKS.md, "Redis on
-/// the Debian guest: what pghotd cost the guest"), with `--only` still 7,401 batches of 5.3
-/// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 200 ms (t33a,
-/// BENCHMARKS.md "Fewer wake-ups") the relay woke 5 times a second instead of 12 and took
-/// about as much CPU (4.55 s against 4.6-4.8): past this point a busy stream's cost is per
-/// record, and per read of the port, whose count the plugin's flushes set
-/// (tests/vm/ibs-emu/src/io.rs `FLUSH_EVERY`). A stream that only trickles (a program with few
-/// samples on the slow tier) pays per batch, so the wait follows the stream as a perf ring's
-/// reader does in pghotd (src/sampler/pace.rs): the time the program's records take to fill a
-/// page of trace lines, from 100 ms to a second, as a hardware ring wakes its reader at its
-/// watermark; it also reads the port before it holds [`PORT_BYTES_A_BATCH`]. With the
-/// plugin's own 100 ms a sample waits at most 4 ms of the program's own time at a 100 ms wait
-/// (the rig's dilation D = 50 stretches the program's time 50-fold, tests/vm/README.md "Time
-/// dilation") and 22 ms at a second, as pghotd's perf sampler may hold a sample a second.
-fn gather(
-    lines: &mut DrainPace,
-    port: &mut DrainPace,
-    drained: &Drained,
-    written: usize,
-    over: Duration,
-) -> Duration {
-    lines.drained(written, over);
-    port.drained(drained.bytes, over);
-    lines.wait().min(port.wait())
-}
 /// What the port's queue should hold at most between two batches: a sixteenth of the guest's
 /// receive buffers (drivers/char/virtio_console.c `fill_queue`: one page each, as many as
 /// the virtqueue holds, 128 in QEMU's virtio-serial), so that a busy stream never waits on
@@ -544,6 +514,39 @@ fn open_out(out: &str, period: u64) -> Res<File> {
     Ok(f)
 }
 
+/// After each batch the relay waits before reading again, so that it reads, looks up and
+/// writes many records per system call rather than one; the wait bounds the delay the relay
+/// adds. Each batch costs the guest a few milliseconds of a vCPU whatever it holds (waking,
+/// the port's reads, the FIFO's write and pghotd's wake to read it, all under TCG), and that
+/// CPU is taken from the program's vCPUs: a Redis phase at 4 ms took 25,658 batches and 24 s
+/// of the relay's CPU in 120 s, at 10 ms 10,356 batches and 16.5 s (BENCHMARKS.md, "Redis on
+/// the Debian guest: what pghotd cost the guest"), with `--only` still 7,401 batches of 5.3
+/// records and 11.2 s in 90 s, at 40 ms 2,222 batches and 6.8-9 s. At 200 ms (t33a,
+/// BENCHMARKS.md "Fewer wake-ups") the relay woke 5 times a second instead of 12 and took
+/// about as much CPU (4.55 s against 4.6-4.8): past this point a busy stream's cost is per
+/// record, and per read of the port, whose count the plugin's flushes set
+/// (tests/vm/ibs-emu/src/io.rs `FLUSH_EVERY`). A stream that only trickles (a program with few
+/// samples on the slow tier) pays per batch, so the wait follows the stream as a perf ring's
+/// reader does in pghotd (src/sampler/pace.rs): the time the program's records take to fill a
+/// page of trace lines, from 100 ms to a second, as a hardware ring wakes its reader at its
+/// watermark; it also reads the port before it holds [`PORT_BYTES_A_BATCH`]. With the
+/// plugin's own 100 ms a sample waits at most 4 ms of the program's own time at a 100 ms wait
+/// (the rig's dilation D = 50 stretches the program's time 50-fold, tests/vm/README.md "Time
+/// dilation") and 22 ms at a second, as pghotd's perf sampler may hold a sample a second.
+/// It woke 85-90 times in a 60 s MariaDB phase instead of 1,085, and 888 times in a Redis
+/// phase instead of 2,897 (BENCHMARKS.md, "MariaDB: fewer wake-ups and fewer calls").
+fn gather(
+    lines: &mut DrainPace,
+    port: &mut DrainPace,
+    drained: &Drained,
+    written: usize,
+    over: Duration,
+) -> Duration {
+    lines.drained(written, over);
+    port.drained(drained.bytes, over);
+    lines.wait().min(port.wait())
+}
+
 /// O_NONBLOCK (include/uapi/asm-generic/fcntl.h), for the samples port.
 const O_NONBLOCK: i32 = 0o4000;
 
@@ -730,6 +733,34 @@ pub fn relay(
 mod tests {
     use super::*;
     use std::collections::VecDeque;
+
+    /// By hand: the wait is the shorter of the two paces. 1,024 bytes of lines in 100 ms take
+    /// 400 ms to make a page; 24 KiB of records from the port take 133 ms to make 32 KiB.
+    #[test]
+    fn the_relay_waits_for_a_page_of_lines_unless_the_port_fills_first() {
+        let ms = Duration::from_millis;
+        let (mut lines, mut port) = (
+            DrainPace::new(pace::PAGE_BYTES),
+            DrainPace::new(PORT_BYTES_A_BATCH),
+        );
+        let quiet = Drained {
+            bytes: 2400,
+            reads: 1,
+        };
+        assert_eq!(
+            gather(&mut lines, &mut port, &quiet, 1024, ms(100)),
+            ms(400)
+        );
+        let busy = Drained {
+            bytes: 24 << 10,
+            reads: 6,
+        };
+        let wait = gather(&mut lines, &mut port, &busy, 1024, ms(100));
+        assert!(wait > ms(133) && wait < ms(134), "{wait:?}");
+        // Nothing at all: a second.
+        let none = Drained::default();
+        assert_eq!(gather(&mut lines, &mut port, &none, 0, ms(400)), ms(1000));
+    }
 
     /// A port as virtio_console's `fill_readbuf` serves one: each read returns at most one
     /// queued buffer, then WouldBlock (O_NONBLOCK) once none is left.
