@@ -23,7 +23,6 @@ pub mod ring;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -220,7 +219,7 @@ impl PerfSource {
 
 /// A running CPU thread.
 struct CpuThread<'scope> {
-    stop: Arc<AtomicBool>,
+    stop: StopToken,
     thread: std::thread::ScopedJoinHandle<'scope, ()>,
 }
 
@@ -279,7 +278,7 @@ impl Source for PerfSource {
                     .collect();
                 for cpu in gone {
                     if let Some(t) = running.remove(&cpu) {
-                        t.stop.store(true, Ordering::Release);
+                        t.stop.stop();
                         let _ = t.thread.join();
                         tracing::info!("{}: cpu {cpu} went offline", plan.kind.name());
                     }
@@ -323,7 +322,7 @@ impl Source for PerfSource {
                 last_online = Some(online);
             }
             for t in running.into_values() {
-                t.stop.store(true, Ordering::Release);
+                t.stop.stop();
                 let _ = t.thread.join();
             }
         });
@@ -341,9 +340,10 @@ fn start_cpu<'scope, 'env>(
     period: Option<&'env PeriodControl>,
 ) -> Option<CpuThread<'scope>> {
     let cpu = events.cpu;
-    let cpu_stop = Arc::new(AtomicBool::new(false));
+    // Its own token, so that a CPU going offline wakes its thread's poll at once.
+    let cpu_stop = StopToken::new();
     let mut sink = sinks.sink();
-    let (flag, global) = (Arc::clone(&cpu_stop), stop.clone());
+    let (flag, global) = (cpu_stop.clone(), stop.clone());
     let spawned = std::thread::Builder::new()
         .name(format!("pghot-smp/{cpu}"))
         .spawn_scoped(scope, move || {
@@ -368,7 +368,7 @@ fn run_cpu(
     plan: &PerfPlan,
     sink: &mut dyn SampleSink,
     stop: &StopToken,
-    cpu_stop: &AtomicBool,
+    cpu_stop: &StopToken,
     period: Option<&PeriodControl>,
 ) {
     let mut reader = CpuReader::new(plan, events.cpu);
@@ -380,14 +380,13 @@ fn run_cpu(
     sink.set_sample_period(applied);
     // The ring wakes poll(2) at its watermark (open.rs); short of that, the thread drains when
     // the pace says (a stream that only trickles is left to gather, up to a second) or when
-    // pghotd stops (the stop token's descriptor). A CPU taken offline is noticed within the
-    // pace's wait.
+    // pghotd stops or the CPU goes offline (the stop tokens' descriptors).
     let mut pace = DrainPace::new(pace::PAGE_OF_RECORDS);
     let mut drained_at = Instant::now();
     loop {
-        let stopping = stop.is_stopped() || cpu_stop.load(Ordering::Acquire);
+        let stopping = stop.is_stopped() || cpu_stop.is_stopped();
         let mut fds = vec![PollFd::new(events.fd(), PollFlags::POLLIN)];
-        if let Some(wake) = stop.wake_fd() {
+        for wake in [stop.wake_fd(), cpu_stop.wake_fd()].into_iter().flatten() {
             fds.push(PollFd::new(wake, PollFlags::POLLIN));
         }
         let after = if stopping {
