@@ -362,7 +362,8 @@ fn start_cpu<'scope, 'env>(
     }
 }
 
-/// One CPU's loop: wait for the ring to fill (or 100 ms), drain it, until asked to stop.
+/// One CPU's loop: wait for the ring to fill (or for the pace's wait, 100 ms to 1 s), drain it,
+/// until asked to stop.
 fn run_cpu(
     mut events: CpuEvents,
     plan: &PerfPlan,
