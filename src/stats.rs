@@ -505,7 +505,9 @@ counters! {
     PerfDataSkippedSamples => "perfdata_skipped_samples" as Metric::count("perf_data_skipped_samples"),
     /// Managed pids a software source (damon, softdirty) saw exit; each is logged once.
     SourcePidExits => "source_pid_exits" as Metric::count("source_pid_exits"),
-    /// DAMON snapshots taken (`update_schemes_tried_regions`), one per aggregation interval.
+    /// DAMON snapshots taken, one per aggregation interval: whole aggregations from the
+    /// kdamond's `damon_aggregated` tracepoint, or `update_schemes_tried_regions` where that
+    /// cannot be read.
     DamonSnapshots => "damon_snapshots" as Metric::count("source_snapshots").of_source(SourceKind::Damon),
     /// Accessed regions read from DAMON's snapshots.
     DamonRegionsSeen => "damon_regions_seen" as Metric::count("source_regions_seen").of_source(SourceKind::Damon),
@@ -520,6 +522,9 @@ counters! {
     /// DAMON requests (snapshot, restart) that failed while the managed pids still ran and
     /// were tried again (EBUSY while the kdamond holds DAMON's sysfs lock, a kdamond restart).
     DamonRetries => "damon_retries" as Metric::count("source_retries").of_source(SourceKind::Damon),
+    /// Aggregations read from DAMON's `damon_aggregated` tracepoint that missed records (lost
+    /// in a full ring) and were dropped whole rather than credited in part.
+    DamonTornAggregations => "damon_torn_aggregations" as Metric::count("source_torn_aggregations").of_source(SourceKind::Damon),
     /// Soft-dirty passes over every managed pid.
     SoftdirtyScans => "softdirty_scans" as Metric::count("source_scans").of_source(SourceKind::SoftDirty),
     /// Pagemap entries read by the soft-dirty source.

@@ -277,6 +277,10 @@ fn softdirty_ends_when_its_pid_exits() {
     assert_eq!(doc["stop_reason"], "sources_ended");
 }
 
+/// Held by each test that claims a kdamond: the tests of this file run in parallel, and one
+/// must not find the other's kdamond in the middle of its before-and-after comparison.
+static KDAMONDS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Every kdamond's state, pid and configuration summary, to compare before and after.
 fn kdamonds() -> Vec<String> {
     let root = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
@@ -305,6 +309,7 @@ fn kdamonds() -> Vec<String> {
 
 #[test]
 fn damon_runs_or_refuses_and_never_touches_other_kdamonds() {
+    let _kdamonds = KDAMONDS.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let stats = dir.path().join("stats.json");
     let wl = Workload::start("4");
@@ -404,4 +409,178 @@ fn damon_that_pghotd_may_not_write_is_refused_at_the_open_and_auto_passes_it_ove
             assert!(!err.contains("source auto chose damon"), "{err}");
         }
     }
+}
+
+/// The largest "System RAM" range in /proc/iomem (root sees the real addresses), `[start, end)`.
+fn largest_ram_range() -> Option<(u64, u64)> {
+    std::fs::read_to_string("/proc/iomem")
+        .ok()?
+        .lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(": System RAM"))
+        .filter_map(|l| {
+            let (a, b) = l.split(' ').next()?.split_once('-')?;
+            let (a, b) = (
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            );
+            (a < b).then_some((a, b + 1))
+        })
+        .max_by_key(|(a, b)| b - a)
+}
+
+/// pghotd's reader of DAMON's `damon_aggregated` tracepoint on a real kdamond. This host's
+/// kernel has no vaddr operations, so the kdamond watches physical memory (paddr) over the
+/// largest RAM range while a thread keeps 64 MiB busy; the record layout, the per-task event on
+/// the kernel thread and the grouping into aggregations are the kernel's, as with vaddr.
+/// Expected by hand: about one whole aggregation per 100 ms aggregation interval, none torn,
+/// every accessed region inside the range, disjoint and in order, with at most
+/// aggr / sample = 20 sampling intervals seen accessed.
+#[test]
+fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
+    use pghotd::sampler::damon::aggregated::{self, AggregatedEvent, Assembler};
+    use pghotd::sampler::damon::sysfs::Admin;
+
+    let _kdamonds = KDAMONDS.lock().unwrap_or_else(|e| e.into_inner());
+    let k_root = Path::new("/sys/kernel/mm/damon/admin/kdamonds");
+    let tracefs = Path::new("/sys/kernel/tracing/events/damon/damon_aggregated/id");
+    let admin = Admin::open(Path::new("/sys")).ok();
+    // A free kdamond, or the first one made where there are none (and unmade after).
+    let free = admin.as_ref().and_then(|a| match a.find_free() {
+        Ok(Some(k)) => Some((k, false)),
+        Ok(None) => a.write("nr_kdamonds", "1").ok().map(|()| (0, true)),
+        Err(_) => None,
+    });
+    let (Some(admin), Some((k, made)), true, Some((lo, hi))) =
+        (admin, free, tracefs.is_file(), largest_ram_range())
+    else {
+        eprintln!(
+            "skipped: needs root, DAMON's sysfs with a free kdamond, and tracefs mounted at \
+             /sys/kernel/tracing"
+        );
+        return;
+    };
+    let ctx = format!("{k}/contexts/0");
+    let avail = {
+        admin
+            .write(&format!("{k}/contexts/nr_contexts"), "1")
+            .unwrap();
+        admin.read(&format!("{ctx}/avail_operations")).unwrap()
+    };
+    if !avail.split_whitespace().any(|o| o == "paddr") {
+        admin
+            .write(&format!("{k}/contexts/nr_contexts"), "0")
+            .unwrap();
+        if made {
+            admin.write("nr_kdamonds", "0").unwrap();
+        }
+        eprintln!("skipped: no paddr operations ({avail})");
+        return;
+    }
+    for (rel, value) in [
+        (format!("{ctx}/operations"), "paddr".to_string()),
+        (
+            format!("{ctx}/monitoring_attrs/intervals/sample_us"),
+            "5000".into(),
+        ),
+        (
+            format!("{ctx}/monitoring_attrs/intervals/aggr_us"),
+            "100000".into(),
+        ),
+        (
+            format!("{ctx}/monitoring_attrs/nr_regions/max"),
+            "1000".into(),
+        ),
+        (
+            format!("{ctx}/monitoring_attrs/nr_regions/min"),
+            "10".into(),
+        ),
+        (format!("{ctx}/targets/nr_targets"), "1".into()),
+        (format!("{ctx}/targets/0/regions/nr_regions"), "1".into()),
+        (format!("{ctx}/targets/0/regions/0/start"), lo.to_string()),
+        (format!("{ctx}/targets/0/regions/0/end"), hi.to_string()),
+        (format!("{k}/state"), "on".into()),
+    ] {
+        admin.write(&rel, &value).unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; 64 << 20];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for i in (0..buf.len()).step_by(4096) {
+                    buf[i] = buf[i].wrapping_add(1);
+                }
+            }
+            std::hint::black_box(&buf);
+        })
+    };
+    let tid: u32 = std::fs::read_to_string(k_root.join(format!("{k}/pid")))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let opened = AggregatedEvent::open(
+        Path::new("/sys"),
+        tid,
+        aggregated::ring_pages(1000, 100_000),
+    );
+    let mut wholes = Vec::new();
+    let (mut records, mut lost) = (0, 0);
+    let mut asm = Assembler::new(1);
+    let result = opened.map(|mut event| {
+        let started = std::time::Instant::now();
+        while started.elapsed() < Duration::from_millis(1500) {
+            std::thread::sleep(Duration::from_millis(200));
+            let got = event.drain(&mut asm, |a| {
+                let mut out = Vec::new();
+                a.take(&mut out);
+                wholes.push(out);
+            });
+            records += got.records;
+            lost += got.lost;
+        }
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    busy.join().unwrap();
+    admin.write(&format!("{k}/state"), "off").unwrap();
+    admin
+        .write(&format!("{k}/contexts/nr_contexts"), "0")
+        .unwrap();
+    if made {
+        admin.write("nr_kdamonds", "0").unwrap();
+    }
+    result.unwrap();
+    assert!(
+        (8..=20).contains(&wholes.len()),
+        "{} whole aggregations in 1.5 s, {records} records",
+        wholes.len()
+    );
+    assert_eq!((asm.torn, asm.foreign, lost), (0, 0, 0));
+    assert!(records >= wholes.len() * 10, "{records} records");
+    let mut accessed = 0;
+    for whole in &wholes {
+        assert_eq!(whole.len(), 1);
+        let regions = &whole[0];
+        accessed += regions.len();
+        for pair in regions.windows(2) {
+            assert!(pair[0].end <= pair[1].start, "{pair:?}");
+        }
+        for r in regions {
+            assert!(
+                lo <= r.start && r.start < r.end && r.end <= hi,
+                "{r:?} in {lo:#x}-{hi:#x}"
+            );
+            assert!((1..=20).contains(&r.nr_accesses), "{r:?}");
+        }
+    }
+    assert!(
+        accessed > 0,
+        "no accessed region in {} aggregations",
+        wholes.len()
+    );
+    eprintln!(
+        "{} whole aggregations, {records} records, {accessed} accessed regions",
+        wholes.len()
+    );
 }

@@ -27,18 +27,21 @@
 //! a pause; the source fails, naming the last error, only when DAMON has failed for
 //! [`RETRY_FOR`] in a row. It ends without error when every managed pid has exited.
 
+pub mod aggregated;
 pub mod sysfs;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use aggregated::{AggregatedEvent, Assembler};
 use sysfs::{Admin, Kdamond, KdamondSpec, Region};
 
 use super::procpid::{self, ManagedPids, Watched};
 use super::{OpenContext, Source, SourceError};
 use crate::sample::{AccessOp, SourceKind};
 use crate::sampler::SinkFactory;
+use crate::sampler::pace::{self, DrainPace};
 use crate::stats::Counter;
 use crate::stop::StopToken;
 
@@ -182,6 +185,8 @@ pub struct DamonSource {
     config: DamonConfig,
     admin: Admin,
     run_dir: PathBuf,
+    /// Where tracefs is looked for (`aggregated`).
+    sysfs_root: PathBuf,
     /// How long DAMON may keep failing before the source does ([`RETRY_FOR`]).
     retry_for: Duration,
 }
@@ -200,6 +205,7 @@ impl DamonSource {
             config: ctx.damon,
             admin,
             run_dir: ctx.run_dir.clone(),
+            sysfs_root: ctx.sysfs_root.clone(),
             retry_for: RETRY_FOR,
         })
     }
@@ -327,6 +333,7 @@ impl Source for DamonSource {
         let mut targets: Vec<u32> = Vec::new();
         let mut failures = Failures::new(self.retry_for, self.config.aggr_us);
         let mut snapshots = Snapshots::new(self.config);
+        let mut reader = RegionReader::new(&self.sysfs_root, self.config);
         while !stop.is_stopped() {
             // A snapshot per turn is the thread's progress, for the watchdog.
             crate::heartbeat::beat();
@@ -368,6 +375,8 @@ impl Source for DamonSource {
                             .map_or_else(|| "-".to_string(), |p| p.to_string()),
                     );
                     targets = want;
+                    // A new kdamond thread: the tracepoint is opened on it at the next turn.
+                    reader.restarted();
                 }
                 Some(Want::Pids(_)) => {}
             }
@@ -376,12 +385,11 @@ impl Source for DamonSource {
                 crate::stop::wait_until(Instant::now() + RETARGET_EVERY, stop);
                 continue;
             }
-            let taken = kdamond
-                .update_snapshot()
-                .and_then(|()| snapshots.read(&kdamond, targets.len(), sink.as_mut()));
+            let taken = reader.take(&kdamond, &targets, &mut snapshots, sink.as_mut(), stop);
             let Err(e) = taken else {
-                failures.succeeded();
-                snapshots.emit(&targets, sink.as_mut());
+                if taken.is_ok_and(|whole| whole > 0) {
+                    failures.succeeded();
+                }
                 continue;
             };
             if stop.is_stopped() {
@@ -486,6 +494,165 @@ impl Failures {
     }
 }
 
+/// How long the tracepoint may bring no whole aggregation while the kdamond runs before the
+/// source reads `tried_regions` instead: a kernel that takes the event but never writes it
+/// must not leave pghotd blind. Ten aggregation intervals, and at least two seconds.
+fn trace_stall(config: DamonConfig) -> Duration {
+    (Duration::from_micros(u64::from(config.aggr_us)) * 10).max(Duration::from_secs(2))
+}
+
+/// Reads DAMON's regions from the kdamond's `damon_aggregated` tracepoint while it can
+/// ([`aggregated`]), else through `tried_regions` snapshots; emits each aggregation's samples.
+struct RegionReader {
+    sysfs_root: PathBuf,
+    ring_pages: usize,
+    stall: Duration,
+    traced: Option<Traced>,
+    /// Why the tracepoint is not used; `tried_regions` from then on.
+    refused: Option<String>,
+}
+
+/// The tracepoint open on the current kdamond thread.
+struct Traced {
+    event: AggregatedEvent,
+    asm: Assembler,
+    pace: DrainPace,
+    /// When the last whole aggregation came (or the event was opened).
+    last_whole: Instant,
+    /// Torn aggregations and foreign records already counted.
+    counted: (u64, u64),
+}
+
+impl RegionReader {
+    fn new(sysfs_root: &Path, config: DamonConfig) -> RegionReader {
+        RegionReader {
+            sysfs_root: sysfs_root.to_path_buf(),
+            ring_pages: aggregated::ring_pages(config.max_regions, config.aggr_us),
+            stall: trace_stall(config),
+            traced: None,
+            refused: None,
+        }
+    }
+
+    /// The kdamond was (re)started: its thread is a new one.
+    fn restarted(&mut self) {
+        self.traced = None;
+    }
+
+    /// Reads the next aggregation or aggregations of `targets` and emits their samples;
+    /// returns how many were whole. An error is the kdamond's: a snapshot refused, or the
+    /// kdamond stopped.
+    fn take(
+        &mut self,
+        kdamond: &Kdamond,
+        targets: &[u32],
+        snapshots: &mut Snapshots,
+        sink: &mut dyn crate::sampler::SampleSink,
+        stop: &StopToken,
+    ) -> Result<u64, SourceError> {
+        if self.traced.is_none() && self.refused.is_none() {
+            self.open(kdamond, targets.len());
+        }
+        let Some(traced) = &mut self.traced else {
+            kdamond.update_snapshot()?;
+            snapshots.read(kdamond, targets.len(), sink)?;
+            snapshots.emit(targets, sink);
+            return Ok(1);
+        };
+        let whole = traced.take(targets, snapshots, sink, stop);
+        if whole > 0 || traced.last_whole.elapsed() < self.stall {
+            return Ok(whole);
+        }
+        if !kdamond.is_on() {
+            return Err(SourceError::Damon(format!(
+                "kdamond {} is off: no aggregation from its tracepoint",
+                kdamond.index()
+            )));
+        }
+        let why = format!(
+            "no whole aggregation from the damon_aggregated tracepoint in {:.1} s while kdamond {}              runs",
+            self.stall.as_secs_f64(),
+            kdamond.index()
+        );
+        tracing::warn!("damon: {why}; reading tried_regions instead");
+        self.traced = None;
+        self.refused = Some(why);
+        Ok(0)
+    }
+
+    /// Opens the tracepoint on the kdamond's thread, or settles on `tried_regions`, saying
+    /// which and why.
+    fn open(&mut self, kdamond: &Kdamond, targets: usize) {
+        // Not running yet: a snapshot through sysfs this turn, the tracepoint at the next.
+        let Some(tid) = kdamond.thread_pid() else {
+            return;
+        };
+        match AggregatedEvent::open(&self.sysfs_root, tid, self.ring_pages) {
+            Ok(event) => {
+                tracing::info!(
+                    "damon: reading kdamond {}'s regions from its damon_aggregated tracepoint \
+                     (thread {tid}, a {} KiB ring)",
+                    kdamond.index(),
+                    self.ring_pages * crate::sampler::perf::ring::page_size() / 1024
+                );
+                self.traced = Some(Traced {
+                    event,
+                    asm: Assembler::new(targets),
+                    pace: DrainPace::new(pace::PAGE_BYTES / aggregated::RECORD_BYTES),
+                    last_whole: Instant::now(),
+                    counted: (0, 0),
+                });
+            }
+            Err(why) => {
+                tracing::info!(
+                    "damon: reading tried_regions snapshots, which cost the kdamond and pghotd \
+                     far more than the damon_aggregated tracepoint: {why}"
+                );
+                self.refused = Some(why);
+            }
+        }
+    }
+}
+
+impl Traced {
+    /// Waits for records (the ring's watermark, the pace's wait, or a stop), drains them and
+    /// emits every whole aggregation; returns how many there were.
+    fn take(
+        &mut self,
+        targets: &[u32],
+        snapshots: &mut Snapshots,
+        sink: &mut dyn crate::sampler::SampleSink,
+        stop: &StopToken,
+    ) -> u64 {
+        let waited_from = Instant::now();
+        if let Err(e) = crate::stop::wait_fd(self.event.fd(), stop, Some(self.pace.wait())) {
+            tracing::debug!("damon: polling the tracepoint: {e}");
+            crate::stop::wait_until(waited_from + self.pace.wait(), stop);
+        }
+        let mut whole = 0;
+        let drained = self.event.drain(&mut self.asm, |asm| {
+            snapshots.take(asm, sink);
+            snapshots.emit(targets, sink);
+            whole += 1;
+        });
+        // A hung-up fd (the kdamond exited) polls ready at once: never spin on it.
+        if drained.records == 0 && waited_from.elapsed() < self.pace.wait() {
+            crate::stop::wait_until(waited_from + self.pace.wait(), stop);
+        }
+        self.pace.drained(drained.records, waited_from.elapsed());
+        sink.count(Counter::SourceLostRecords, drained.lost);
+        sink.count(Counter::PerfBadRecords, drained.bad);
+        let (torn, foreign) = (self.asm.torn, self.asm.foreign);
+        sink.count(Counter::DamonTornAggregations, torn - self.counted.0);
+        sink.count(Counter::PerfBadRecords, foreign - self.counted.1);
+        self.counted = (torn, foreign);
+        if whole > 0 {
+            self.last_whole = Instant::now();
+        }
+        whole
+    }
+}
+
 /// The regions of the last snapshot, one list per target, and how they become samples.
 struct Snapshots {
     max_nr: u32,
@@ -521,11 +688,26 @@ impl Snapshots {
         sink: &mut dyn crate::sampler::SampleSink,
     ) -> Result<(), SourceError> {
         self.regions.resize_with(targets, Vec::new);
-        self.total = 0.0;
         for (i, r) in self.regions.iter_mut().enumerate() {
             kdamond.read_regions(i, r)?;
-            self.total += expected_credits(r, self.max_nr);
         }
+        self.account(sink);
+        Ok(())
+    }
+
+    /// Takes the regions of a whole aggregation from the tracepoint's assembler.
+    fn take(&mut self, asm: &mut Assembler, sink: &mut dyn crate::sampler::SampleSink) {
+        asm.take(&mut self.regions);
+        self.account(sink);
+    }
+
+    /// Counts the snapshot just read and sums the credits its regions would get.
+    fn account(&mut self, sink: &mut dyn crate::sampler::SampleSink) {
+        self.total = self
+            .regions
+            .iter()
+            .map(|r| expected_credits(r, self.max_nr))
+            .sum();
         self.taken += 1;
         sink.count(Counter::DamonSnapshots, 1);
         let seen = self.regions.iter().map(Vec::len).sum::<usize>();
@@ -541,7 +723,6 @@ impl Snapshots {
                 tracing::info!("{note}");
             }
         }
-        Ok(())
     }
 
     /// Turns the regions read into samples of `targets` (see the module doc).

@@ -17,6 +17,7 @@
 
 pub mod adaptive_loop;
 mod open;
+pub(crate) use open::hint;
 pub mod period;
 pub mod record;
 pub mod ring;
