@@ -547,12 +547,21 @@ minflt0=$(minflt "$app_pid") tlb0=$(tlb_shootdowns)
 profile_start
 t0=$(now)
 for n in $(seq 1 "$RIG_ROUNDS"); do
+	# --pause-alternate: pghotd stopped (SIGSTOP stops every thread; its queues and the relay's
+	# FIFO hold what comes meanwhile) through the odd rounds, so that its presence is measured
+	# against itself absent in the same boot, with the same placement.
+	paused=0
+	if [ "${RIG_PAUSE_ALTERNATE:-0}" = 1 ] && [[ $scenario == pghotd-* ]] && [ $((n % 2)) = 1 ] &&
+		kill -STOP "$promoter_pid"; then
+		paused=1
+	fi
 	read -r ops p50 p99 <<< "$(app_round "$n")"
+	[ "$paused" = 0 ] || kill -CONT "$promoter_pid" || err "pghotd ($promoter_pid) could not be continued"
 	# The plugin's samples so far, sent into the guest and dropped (its ring full: the port not
 	# drained fast enough), to see when samples go missing.
 	c=$(ctl STATS)
-	echo "PGHOT-APP-ROUND n=$n t=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') ops_per_s=${ops:-0} p50_ms=${p50:--} p99_ms=${p99:--} fast_slow_mb=$(node_mb "$app_pid" | tr ' ' /) samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)"
-	printf '%s %s %s\n' "$ops" "$p50" "$p99" >> "$work/rounds"
+	echo "PGHOT-APP-ROUND n=$n t=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') ops_per_s=${ops:-0} p50_ms=${p50:--} p99_ms=${p99:--} fast_slow_mb=$(node_mb "$app_pid" | tr ' ' /) samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped) paused=$paused"
+	printf '%s %s %s %s\n' "$ops" "$p50" "$p99" "$paused" >> "$work/rounds"
 	snap "$n"
 	c=$(ctl STATS)
 	echo "PGHOT-APP-SNAP n=$n samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)$(pghotd_round_state)"
@@ -630,8 +639,12 @@ info "vmstat over the phase: $(for k in pgpromote_success pgmigrate_success comp
 read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2; p9[NR] = $3; s += $1 }
 	END { h = int(NR / 2) + 1; for (i = h; i <= NR; i++) { l += o[i]; a += p5[i]; b += p9[i] }; k = NR - h + 1
 	if ($2 == "-") printf "%.4f %.4f null null", s / NR, l / k; else printf "%.1f %.1f %.3f %.3f", s / NR, l / k, a / k, b / k }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"app_minflt":%s,"tlb_shootdowns":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
-	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
+# --pause-alternate: the rounds with pghotd stopped against those with it running, from round 3
+# on (the first pair starts from the fill).
+read -r ops_paused ops_running <<< "$(awk -v on="${RIG_PAUSE_ALTERNATE:-0}" 'NR >= 3 { s[$4] += $1; k[$4]++ }
+	END { if (on != 1 || !k[1] || !k[0]) { print "null null"; exit }; printf "%.4f %.4f", s[1] / k[1], s[0] / k[0] }' "$work/rounds")"
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"ops_per_s_paused":%s,"ops_per_s_running":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"app_minflt":%s,"tlb_shootdowns":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
+	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$ops_paused" "$ops_running" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
 	"${cpu:-null}" "$(awk -v a="$app_cpu0" -v b="$(cpu_s "$app_pid")" 'BEGIN { printf "%.2f", b - a }')" \

@@ -70,6 +70,10 @@ Options:
   --pghotd-policy P     --app: the scheduling policy of pghotd's service and of the relay,
                         batch (default: the unit's own) or idle (sched(7) SCHED_IDLE, a
                         drop-in for pghotd.service and chrt --idle for the relay)
+  --pause-alternate     --app, the pghotd-* scenarios: pghotd (every thread, SIGSTOP) is
+                        stopped through each odd round and runs through each even one, so
+                        that one boot and one placement measure what its presence costs
+                        (RESULT's ops_per_s_paused and ops_per_s_running, from round 3 on)
   --fast-free-mb N      --app: leave about N MB free on each fast node (0 and 1) for the
                         measured phase, the rest held by HugeTLB pages no promoter can use
                         (default: the fast nodes as booted, with most of their 1 GiB free)
@@ -127,6 +131,7 @@ pipeline=16
 pghotd_set=()
 fast_free_mb=
 pghotd_policy=batch
+pause_alternate=0
 profile=0
 repeat=1
 vcpus=2
@@ -159,6 +164,7 @@ while [ $# -gt 0 ]; do
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	--pghotd-policy) need_arg "$@"; pghotd_policy=$2; shift ;;
 	--profile) profile=1 ;;
+	--pause-alternate) pause_alternate=1 ;;
 	--repeat) need_arg "$@"; repeat=$2; shift ;;
 	--vcpus) need_arg "$@"; vcpus=$2; shift ;;
 	-v | --verbose) verbose=1 ;;
@@ -341,6 +347,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	echo "RIG_PROFILE=$profile"
 	echo "RIG_PGHOTD_POLICY=$pghotd_policy"
+	echo "RIG_PAUSE_ALTERNATE=$pause_alternate"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
 	# distinct keys, ~180 MB of heap), then GETs over the first 16 Ki key numbers.
