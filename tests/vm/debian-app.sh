@@ -603,6 +603,10 @@ case $scenario in
 # pghotd's own account (every non-zero counter), for reading the figures against.
 pghotd-*) pghotctl stats 2>&1 | awk '$NF != "0"' | sed 's/^/rig: pghotd stats: /' ;;
 esac
+# What the damon source said about how it reads DAMON's regions (its tracepoint, or
+# tried_regions and why).
+[ "$scenario" != pghotd-damon ] ||
+	journalctl -q -u pghotd -o cat 2> /dev/null | grep -m 4 'damon: ' | sed 's/^/rig: pghotd log: /'
 relay_cpu=
 relay_wakes=
 if [ -n "$relay_pid" ]; then
