@@ -433,8 +433,9 @@ fn largest_ram_range() -> Option<(u64, u64)> {
 /// largest RAM range while a thread keeps 64 MiB busy; the record layout, the per-task event on
 /// the kernel thread and the grouping into aggregations are the kernel's, as with vaddr.
 /// Expected by hand: about one whole aggregation per 100 ms aggregation interval, none torn,
-/// every accessed region inside the range, disjoint and in order, with at most
-/// aggr / sample = 20 sampling intervals seen accessed.
+/// no more records than 1000 regions (nr_regions/max) an aggregation, every accessed region
+/// inside the range, disjoint and in order, with at most aggr / sample = 20 sampling intervals
+/// seen accessed.
 #[test]
 fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
     use pghotd::sampler::damon::aggregated::{self, AggregatedEvent, Assembler};
@@ -453,9 +454,15 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
     let (Some(admin), Some((k, made)), true, Some((lo, hi))) =
         (admin, free, tracefs.is_file(), largest_ram_range())
     else {
+        // CI mounts tracefs (.ci/run) on a kernel with DAMON: there this must run.
+        assert!(
+            std::env::var_os("PGHOTD_REQUIRE_TOOLS").is_none_or(|v| v != "1"),
+            "needs root, DAMON's sysfs with a free kdamond, and tracefs mounted at \
+             /sys/kernel/tracing, and PGHOTD_REQUIRE_TOOLS=1"
+        );
         eprintln!(
-            "skipped: needs root, DAMON's sysfs with a free kdamond, and tracefs mounted at \
-             /sys/kernel/tracing"
+            "\n*** SKIPPED: needs root, DAMON's sysfs with a free kdamond, and tracefs mounted \
+             at /sys/kernel/tracing; this test did not run ***\n"
         );
         return;
     };
@@ -557,7 +564,12 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
         wholes.len()
     );
     assert_eq!((asm.torn, asm.foreign, lost), (0, 0, 0));
-    assert!(records >= wholes.len() * 10, "{records} records");
+    // Each whole aggregation is at least one record, and at most nr_regions/max (1000) plus
+    // the partial aggregations at either end of the window.
+    assert!(
+        (wholes.len()..=(wholes.len() + 2) * 1000).contains(&records),
+        "{records} records"
+    );
     let mut accessed = 0;
     for whole in &wholes {
         assert_eq!(whole.len(), 1);
