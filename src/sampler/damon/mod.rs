@@ -570,7 +570,8 @@ impl RegionReader {
             )));
         }
         let why = format!(
-            "no whole aggregation from the damon_aggregated tracepoint in {:.1} s while kdamond {}              runs",
+            "no whole aggregation from the damon_aggregated tracepoint in {:.1} s while \
+             kdamond {} runs",
             self.stall.as_secs_f64(),
             kdamond.index()
         );
