@@ -77,8 +77,10 @@ pub struct Aggregated {
 
 impl Layout {
     /// Reads the `field:TYPE NAME; offset:N; size:N; signed:N;` lines of a tracefs `format`
-    /// file. Fields it does not need are skipped; a needed one missing, or of a width other
-    /// than 4 or 8 bytes, is an error naming it.
+    /// file (Documentation/trace/events.rst, "Event formats"). Fields it does not need are
+    /// skipped; a needed one missing, or of a width other than 4 or 8 bytes, is an error naming
+    /// it. Hand-written: the perf crates pghotd uses (perf-event2, linux-perf-data) read records,
+    /// not tracefs format files, and these few lines need no more than splitting on `;`.
     pub fn parse(format: &str) -> Result<Layout, String> {
         let mut fields: Vec<(&str, Field)> = Vec::new();
         for line in format.lines() {
