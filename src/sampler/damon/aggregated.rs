@@ -297,10 +297,13 @@ fn event_dir(sysfs_root: &Path) -> Result<PathBuf, String> {
 }
 
 /// Data pages for a ring that holds [`RING_HOLDS_S`] of `max_regions` regions reported every
-/// `aggr_us`: a power of two, between 8 and [`MAX_RING_PAGES`].
+/// `aggr_us`, and at least two aggregations (the kdamond writes one in a burst, so a ring
+/// smaller than one would tear every aggregation of a slow kdamond): a power of two, between
+/// 8 and [`MAX_RING_PAGES`].
 pub fn ring_pages(max_regions: u32, aggr_us: u32) -> usize {
     let per_s = u64::from(max_regions) * 1_000_000 / u64::from(aggr_us.max(1));
-    let bytes = per_s * RECORD_BYTES as u64 * RING_HOLDS_S;
+    let records = (per_s * RING_HOLDS_S).max(2 * u64::from(max_regions));
+    let bytes = records * RECORD_BYTES as u64;
     let pages = usize::try_from(bytes.div_ceil(page_size() as u64)).unwrap_or(MAX_RING_PAGES);
     pages.clamp(8, MAX_RING_PAGES).next_power_of_two()
 }
@@ -617,12 +620,16 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\", REC->target_id, REC->
     /// By hand: 1000 regions every 100 ms are 640,000 bytes a second, 1,280,000 in two
     /// seconds: 313 pages of 4 KiB, so 512; a handful of regions takes the least, 8.
     #[test]
-    fn the_ring_holds_two_seconds_of_the_most_regions() {
+    fn the_ring_holds_two_seconds_and_two_aggregations_of_the_most_regions() {
         if page_size() != 4096 {
             return;
         }
         assert_eq!(ring_pages(1000, 100_000), 512);
         assert_eq!(ring_pages(10, 100_000), 8);
         assert_eq!(ring_pages(100_000, 1000), MAX_RING_PAGES);
+        // A kdamond aggregating every 5 s with up to 8192 regions (a host's reclaim): two
+        // seconds would be 1638 x 2 x 64 B = 52 pages, under one aggregation's 8192 x 64 B =
+        // 128 pages; two of those are 256.
+        assert_eq!(ring_pages(8192, 5_000_000), 256);
     }
 }
