@@ -498,7 +498,6 @@ impl TracedKdamond {
             admin.write(&format!("{ctx}/{rel}"), &value).unwrap();
         }
         admin.write(&format!("{k}/state"), "on").unwrap();
-        claimed.range = ram;
         Ok(claimed)
     }
 
@@ -664,9 +663,10 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
     kd.release(&admin);
     result.unwrap();
     // Expected: window / aggr aggregations; at most half of them lost to a loaded host's
-    // scheduling, and one more than fits (the interval is measured from the kdamond's start).
+    // scheduling, and up to a quarter more plus two (the last 200 ms sleep runs past the
+    // window, and the kdamond's intervals are its own, not the window's).
     let expected = window.as_micros() as f64 / kd.aggr_us as f64;
-    let fits = (expected * 0.5).floor().max(1.0) as usize..=expected.ceil() as usize + 1;
+    let fits = (expected * 0.5).floor().max(1.0) as usize..=(expected * 1.25).ceil() as usize + 2;
     assert!(
         fits.contains(&wholes.len()),
         "{} whole aggregations in {window:?} at {} us each (watched: {watched}), {records} \
