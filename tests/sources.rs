@@ -435,8 +435,9 @@ fn largest_ram_range() -> Option<(u64, u64)> {
 /// nothing of it, so the owner's work goes on unchanged.
 struct TracedKdamond {
     k: u32,
-    /// `Some(made)` when the test configured it (and created it, if `made`); `None` watched.
-    own: Option<bool>,
+    /// `Some(made)` when the test configured it (and created it, if `made`) and has not yet
+    /// released it; `None` watched (or released).
+    own: std::cell::Cell<Option<bool>>,
     sample_us: u64,
     aggr_us: u64,
     max_regions: u64,
@@ -465,25 +466,42 @@ impl TracedKdamond {
             }
             Err(busy) => return Self::watch(admin, nr, ram).map_err(|w| format!("{busy}; {w}")),
         };
-        admin
-            .write(&format!("{k}/contexts/nr_contexts"), "1")
-            .map_err(|e| e.to_string())?;
-        let ctx = format!("{k}/contexts/0");
-        let mut claimed = TracedKdamond {
+        let claimed = TracedKdamond {
             k,
-            own: Some(made),
+            own: std::cell::Cell::new(Some(made)),
             sample_us: 5000,
             aggr_us: 100_000,
             max_regions: 1000,
             range: ram,
         };
+        // From here on every way out frees what the claim wrote, so that a kdamond made or
+        // half configured here is not left behind.
+        let nr_contexts = admin
+            .write(&format!("{k}/contexts/nr_contexts"), "1")
+            .map_err(|e| e.to_string());
         let avail = admin
-            .read(&format!("{ctx}/avail_operations"))
+            .read(&format!("{k}/contexts/0/avail_operations"))
             .unwrap_or_default();
-        if !avail.split_whitespace().any(|o| o == "paddr") {
-            claimed.release(admin);
+        if nr_contexts.is_ok() && !avail.split_whitespace().any(|o| o == "paddr") {
+            claimed
+                .release(admin)
+                .map_err(|e| format!("releasing kdamond {k}: {e}"))?;
             return Err(format!("no paddr operations ({avail})"));
         }
+        if let Err(e) = nr_contexts.and_then(|()| claimed.configure(admin, ram)) {
+            let _ = claimed.release(admin);
+            panic!("configuring kdamond {k}: {e}");
+        }
+        Ok(claimed)
+    }
+
+    /// Its one context: paddr over `ram` at the test's intervals, then turned on.
+    fn configure(
+        &self,
+        admin: &pghotd::sampler::damon::sysfs::Admin,
+        ram: (u64, u64),
+    ) -> Result<(), String> {
+        let ctx = format!("{}/contexts/0", self.k);
         for (rel, value) in [
             ("operations", "paddr".to_string()),
             ("monitoring_attrs/intervals/sample_us", "5000".into()),
@@ -495,10 +513,13 @@ impl TracedKdamond {
             ("targets/0/regions/0/start", ram.0.to_string()),
             ("targets/0/regions/0/end", ram.1.to_string()),
         ] {
-            admin.write(&format!("{ctx}/{rel}"), &value).unwrap();
+            admin
+                .write(&format!("{ctx}/{rel}"), &value)
+                .map_err(|e| e.to_string())?;
         }
-        admin.write(&format!("{k}/state"), "on").unwrap();
-        Ok(claimed)
+        admin
+            .write(&format!("{}/state", self.k), "on")
+            .map_err(|e| e.to_string())
     }
 
     /// The first running kdamond with one paddr context of one target, its settings read.
@@ -544,7 +565,7 @@ impl TracedKdamond {
             }
             return Ok(TracedKdamond {
                 k,
-                own: None,
+                own: std::cell::Cell::new(None),
                 sample_us,
                 aggr_us,
                 max_regions,
@@ -558,24 +579,48 @@ impl TracedKdamond {
     /// first may be cut by the start), and at least 1.5 s.
     fn window(&self) -> Duration {
         let aggr = Duration::from_micros(self.aggr_us);
-        match self.own {
+        match self.own.get() {
             Some(_) => (aggr * 15).max(Duration::from_millis(1500)),
             None => (aggr * 9 / 2).max(Duration::from_millis(1500)),
         }
     }
 
-    /// Turns its own kdamond off and frees it (and the kdamond, if it made it); a watched one
-    /// is left as it is.
-    fn release(&mut self, admin: &pghotd::sampler::damon::sysfs::Admin) {
+    /// Turns its own kdamond off and frees it (and the kdamond, if it made it); a watched one,
+    /// or one already released, is left as it is.
+    fn release(&self, admin: &pghotd::sampler::damon::sysfs::Admin) -> Result<(), String> {
         let Some(made) = self.own.take() else {
-            return;
+            return Ok(());
         };
+        // "off" fails when the kdamond never started; freeing its context must not.
         let _ = admin.write(&format!("{}/state", self.k), "off");
         admin
             .write(&format!("{}/contexts/nr_contexts", self.k), "0")
-            .unwrap();
+            .map_err(|e| e.to_string())?;
         if made {
-            admin.write("nr_kdamonds", "0").unwrap();
+            admin.write("nr_kdamonds", "0").map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+/// A claimed [`TracedKdamond`] that is released when dropped: a panic between the claim and
+/// the assertions (its thread's pid unreadable, the busy thread panicking) must not leave the
+/// test's own kdamond running on the host.
+struct ClaimGuard<'a> {
+    admin: &'a pghotd::sampler::damon::sysfs::Admin,
+    kd: TracedKdamond,
+}
+
+impl ClaimGuard<'_> {
+    fn release(&self) -> Result<(), String> {
+        self.kd.release(self.admin)
+    }
+}
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            eprintln!("releasing kdamond {}: {e}", self.kd.k);
         }
     }
 }
@@ -604,7 +649,7 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
         (Err(e), _) => Err(e.to_string()),
         (_, None) => Err("no System RAM range in /proc/iomem (not root?)".into()),
     };
-    let (admin, mut kd) = match ready {
+    let (admin, kd) = match ready {
         Ok(ready) => ready,
         Err(why) => {
             // CI mounts tracefs (.ci/run) on a kernel with DAMON: there this must run.
@@ -617,6 +662,8 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
             return;
         }
     };
+    let claim = ClaimGuard { admin: &admin, kd };
+    let kd = &claim.kd;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let busy = {
         let stop = stop.clone();
@@ -659,8 +706,8 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
     });
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     busy.join().unwrap();
-    let watched = kd.own.is_none();
-    kd.release(&admin);
+    let watched = kd.own.get().is_none();
+    claim.release().unwrap();
     result.unwrap();
     // Expected: window / aggr aggregations; at most half of them lost to a loaded host's
     // scheduling, and up to a quarter more plus two (the last 200 ms sleep runs past the
