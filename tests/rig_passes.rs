@@ -142,3 +142,56 @@ fn a_pass_without_a_sound_baseline_has_no_ratio_and_a_tie_is_not_ahead() {
     // (20 + 21) / 2
     assert_eq!(num(&got[1]["promoter_cpu_s_median"]), Some(20.5));
 }
+
+/// A `--pause-alternate` phase: `rounds` as (ops/s, stopped).
+fn paused_result(pass: u32, rounds: &[(f64, u8)], errors: u32) -> Value {
+    let mut r = result("pghotd-ibs-emu", pass, 1.0, 1.0, Some(5.0));
+    r["round_ops"] = json!(rounds.iter().map(|r| r.0).collect::<Vec<_>>());
+    r["round_paused"] = json!(rounds.iter().map(|r| r.1).collect::<Vec<_>>());
+    r["errors"] = json!(errors);
+    r
+}
+
+#[test]
+fn pause_alternate_pairs_pool_over_sound_passes_from_round_three() {
+    if !util::tool_present("jq") {
+        return;
+    }
+    let results = [
+        result("baseline", 1, 1.0, 1.0, None),
+        // Rounds 1-2 (from the fill) and the unpaired round 9 are not pairs: 1.9 / 2.0 = 0.95,
+        // 2.1 / 2.0 = 1.05, 3.0 / 4.0 = 0.75.
+        paused_result(
+            1,
+            &[
+                (5.0, 1),
+                (5.0, 0),
+                (2.0, 1),
+                (1.9, 0),
+                (2.0, 1),
+                (2.1, 0),
+                (4.0, 1),
+                (3.0, 0),
+                (9.0, 1),
+            ],
+            0,
+        ),
+        // A stopped round that served nothing gives no ratio; then 2.2 / 2.0 = 1.1.
+        paused_result(2, &[(1.0, 1), (1.0, 0), (0.0, 1), (1.0, 0), (2.0, 1), (2.2, 0)], 0),
+        // A phase with errors is left out (its 0.5 would count).
+        paused_result(3, &[(1.0, 1), (1.0, 0), (1.0, 1), (0.5, 0)], 1),
+        // Not alternated: no pairs.
+        paused_result(4, &[(1.0, 0), (1.0, 0), (1.0, 0), (0.5, 0)], 0),
+    ];
+    let got = summarize(&results, &["baseline", "pghotd-ibs-emu"]);
+    assert_eq!(got[0]["running_over_stopped"], Value::Null);
+    let pairs = &got[1]["running_over_stopped"];
+    // 0.95, 1.05, 0.75, 1.1: mean 3.85 / 4 = 0.9625, median (0.95 + 1.05) / 2 = 1.0; squared
+    // deviations 0.00015625 + 0.00765625 + 0.04515625 + 0.01890625 = 0.071875, / 3 / 4 =
+    // 0.00598958, whose root is 0.0774; 0.95 and 0.75 are slower.
+    assert_eq!(pairs["pairs"], 4);
+    assert_eq!(num(&pairs["mean"]), Some(0.9625));
+    assert_eq!(num(&pairs["median"]), Some(1.0));
+    assert_eq!(num(&pairs["se"]), Some(0.0774));
+    assert_eq!(pairs["slower"], 2);
+}

@@ -546,6 +546,7 @@ mig0=$(migrations "$app_pid")
 minflt0=$(minflt "$app_pid") tlb0=$(tlb_shootdowns)
 profile_start
 t0=$(now)
+round_ops=() round_paused=()
 for n in $(seq 1 "$RIG_ROUNDS"); do
 	# --pause-alternate: pghotd stopped (SIGSTOP stops every thread; its queues and the relay's
 	# FIFO hold what comes meanwhile) through the odd rounds, so that its presence is measured
@@ -562,6 +563,7 @@ for n in $(seq 1 "$RIG_ROUNDS"); do
 	c=$(ctl STATS)
 	echo "PGHOT-APP-ROUND n=$n t=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') ops_per_s=${ops:-0} p50_ms=${p50:--} p99_ms=${p99:--} fast_slow_mb=$(node_mb "$app_pid" | tr ' ' /) samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped) paused=$paused"
 	printf '%s %s %s %s\n' "$ops" "$p50" "$p99" "$paused" >> "$work/rounds"
+	round_ops+=("${ops:-0}") round_paused+=("$paused")
 	snap "$n"
 	c=$(ctl STATS)
 	echo "PGHOT-APP-SNAP n=$n samples_sent_dropped=$(field "$c" samples_sent)/$(field "$c" samples_dropped)$(pghotd_round_state)"
@@ -647,8 +649,9 @@ read -r ops_all ops_last p50_last p99_last <<< "$(awk '{ o[NR] = $1; p5[NR] = $2
 # on (the first pair starts from the fill).
 read -r ops_paused ops_running <<< "$(awk -v on="${RIG_PAUSE_ALTERNATE:-0}" 'NR >= 3 { s[$4] += $1; k[$4]++ }
 	END { if (on != 1 || !k[1] || !k[0]) { print "null null"; exit }; printf "%.4f %.4f", s[1] / k[1], s[0] / k[0] }' "$work/rounds")"
-echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"ops_per_s_paused":%s,"ops_per_s_running":%s,"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"app_minflt":%s,"tlb_shootdowns":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
-	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$ops_paused" "$ops_running" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
+echo "RESULT $(printf '{"scenario":"%s","app":"%s","ops_per_s":%s,"ops_per_s_all_rounds":%s,"ops_per_s_paused":%s,"ops_per_s_running":%s,"round_ops":[%s],"round_paused":[%s],"p50_ms":%s,"p99_ms":%s,"rounds":%s,"measured_s":%s,"mb_promoted":%s,"hint_faults":%s,"promoter_cpu_s":%s,"app_cpu_s":%s,"modelled_mem_ms":%s,"modelled_mem_us_per_op":%s,"user_accesses_fast":%s,"user_accesses_slow":%s,"slow_ns":%s,"app_fast_mb_before":%s,"app_slow_mb_before":%s,"moved_before_phase_mb":%s,"app_fast_mb_after":%s,"app_slow_mb_after":%s,"hot_fast_pct":%s,"over_promotion_pct":%s,"app_modelled_mem_ms":%s,"app_modelled_mem_us_per_op":%s,"fast_ns":%s,"relay_cpu_s":%s,"relay_sys_s":%s,"relay_wakes":%s,"promoter_threads_cpu_s":"%s","promoter_threads_sys_s":"%s","promoter_threads_ctxsw":"%s","fast_free_mb_start":%s,"fast_free_mb_end":%s,"samples_sent":%s,"samples_dropped":%s,"samples_with_task":%s,"task_switches":%s,"guest_cpu_s":%s,"busiest_cpu_s":"%s","app_ctxsw_voluntary":%s,"app_ctxsw_nonvoluntary":%s,"app_cpu_migrations":%s,"app_minflt":%s,"tlb_shootdowns":%s,"cache_kb":%s,"cache_ways":%s,"snoop":%s,"peer_hits":%s,"misses":%s,"truth":%s,"relay":%s,"errors":%s}' \
+	"$scenario" "$RIG_APP" "$ops_last" "$ops_all" "$ops_paused" "$ops_running" \
+	"$(IFS=,; echo "${round_ops[*]}")" "$(IFS=,; echo "${round_paused[*]}")" "$p50_last" "$p99_last" "$RIG_ROUNDS" \
 	"$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')" \
 	"$(awk -v p="$(delta pgmigrate_success)" 'BEGIN { printf "%.1f", p * 4 / 1024 }')" "$(delta numa_hint_faults)" \
 	"${cpu:-null}" "$(awk -v a="$app_cpu0" -v b="$(cpu_s "$app_pid")" 'BEGIN { printf "%.2f", b - a }')" \

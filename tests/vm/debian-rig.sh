@@ -509,17 +509,19 @@ if [ ${#results[@]} -gt 0 ]; then
 fi
 # With --repeat, one SUMMARY {json} per scenario: its median over the passes, its ratio to the
 # same pass's baseline, and in how many passes it served more than each other scenario of that
-# pass (the issue's question: "does it make my program faster than NUMA balancing does").
-if [ "$repeat" -gt 1 ] && [ ${#results[@]} -gt 0 ]; then
+# pass (the issue's question: "does it make my program faster than NUMA balancing does"); with
+# --pause-alternate (one pass or more), its rounds with pghotd running against those stopped.
+if { [ "$repeat" -gt 1 ] || [ "$pause_alternate" = 1 ]; } && [ ${#results[@]} -gt 0 ]; then
 	summaries=$(printf '%s\n' "${results[@]}" | jq -cs --args -f "$here/passes.jq" "${scenarios[@]}")
 	while IFS= read -r line; do echo "SUMMARY $line"; done <<< "$summaries"
-	log "over $repeat passes (ops/s by pass against the same pass's baseline; ahead: passes with more ops/s; phases with errors left out):"
+	log "over $repeat pass(es) (ops/s by pass against the same pass's baseline; ahead: passes with more ops/s; running/stopped: --pause-alternate's pairs of rounds; phases with errors left out):"
 	{
 		jq -rs '
 			def f: if . == null then "-" else tostring end;
-			(["scenario", "passes", "failed", "ops/s median", "min-max", "x baseline median", "x baseline by pass", "app mem us/op median", "hot fast % median", "passes ahead of"] | @tsv),
+			(["scenario", "passes", "failed", "ops/s median", "min-max", "x baseline median", "x baseline by pass", "app mem us/op median", "hot fast % median", "running/stopped: mean (se) slower/pairs", "passes ahead of"] | @tsv),
 			(.[] | [.scenario, (.passes | f), (.failed | f), (.ops_per_s_median | f), "\(.ops_per_s_min | f)-\(.ops_per_s_max | f)", (.x_baseline_median | f),
 				(.x_baseline | map(f) | join(" ")), (.app_modelled_mem_us_per_op_median | f), (.hot_fast_pct_median | f),
+				(.running_over_stopped | if . == null then "-" else "\(.mean) (\(.se | f)) \(.slower)/\(.pairs)" end),
 				(.ahead_of | to_entries | map("\(.key) \(.value.ahead)/\(.value.passes)") | join(", "))] | @tsv)' <<< "$summaries"
 	} | column -t -s $'\t' >&2
 fi
