@@ -177,7 +177,11 @@ fn pause_alternate_pairs_pool_over_sound_passes_from_round_three() {
             0,
         ),
         // A stopped round that served nothing gives no ratio; then 2.2 / 2.0 = 1.1.
-        paused_result(2, &[(1.0, 1), (1.0, 0), (0.0, 1), (1.0, 0), (2.0, 1), (2.2, 0)], 0),
+        paused_result(
+            2,
+            &[(1.0, 1), (1.0, 0), (0.0, 1), (1.0, 0), (2.0, 1), (2.2, 0)],
+            0,
+        ),
         // A phase with errors is left out (its 0.5 would count).
         paused_result(3, &[(1.0, 1), (1.0, 0), (1.0, 1), (0.5, 0)], 1),
         // Not alternated: no pairs.
