@@ -759,3 +759,80 @@ fn damons_aggregated_tracepoint_on_a_real_kdamond_reads_whole_aggregations() {
         wholes.len()
     );
 }
+
+/// The tracepoint test's claim on a tree laid out as DAMON's sysfs (Documentation/admin-guide/
+/// mm/damon/usage.rst) with one free kdamond, as a host without its own DAMON work has: the claim
+/// configures paddr over the range and turns it on, and a panic before the test's own release
+/// still leaves the kdamond off with no context, through [`ClaimGuard`]'s drop. (This host runs
+/// its own kdamond, so the real test watches that one and never claims.)
+#[test]
+fn the_tracepoint_tests_own_kdamond_is_released_when_the_test_panics() {
+    use pghotd::sampler::damon::sysfs::Admin;
+
+    let dir = tempfile::tempdir().unwrap();
+    let k = dir.path().join("kernel/mm/damon/admin/kdamonds");
+    let ctx = k.join("0/contexts/0");
+    for sub in [
+        "monitoring_attrs/intervals",
+        "monitoring_attrs/nr_regions",
+        "targets/0/regions/0",
+    ] {
+        std::fs::create_dir_all(ctx.join(sub)).unwrap();
+    }
+    for (path, text) in [
+        (k.join("nr_kdamonds"), "1"),
+        (k.join("0/state"), "off"),
+        (k.join("0/contexts/nr_contexts"), "0"),
+        (ctx.join("avail_operations"), "vaddr fvaddr paddr"),
+    ] {
+        std::fs::write(path, text).unwrap();
+    }
+    for rel in [
+        "operations",
+        "monitoring_attrs/intervals/sample_us",
+        "monitoring_attrs/intervals/aggr_us",
+        "monitoring_attrs/nr_regions/max",
+        "monitoring_attrs/nr_regions/min",
+        "targets/nr_targets",
+        "targets/0/regions/nr_regions",
+        "targets/0/regions/0/start",
+        "targets/0/regions/0/end",
+    ] {
+        std::fs::write(ctx.join(rel), "").unwrap();
+    }
+    // sysfs attributes are replaced whole by each write; these plain files are not (the writes
+    // do not truncate), so read only what the last write put first.
+    let read = |rel: &str, len: usize| {
+        let text = std::fs::read_to_string(k.join(rel)).unwrap();
+        text[..len.min(text.len())].to_string()
+    };
+    let admin = Admin::open(dir.path()).unwrap();
+    let ram = (0x1_0000_0000, 0x2_0000_0000);
+    let kd = TracedKdamond::claim(&admin, ram).unwrap();
+    assert_eq!(
+        kd.own.get(),
+        Some(false),
+        "an existing free kdamond, not one made"
+    );
+    assert_eq!(read("0/state", 2), "on");
+    assert_eq!(read("0/contexts/nr_contexts", 1), "1");
+    assert_eq!(read("0/contexts/0/operations", 5), "paddr");
+    assert_eq!(
+        read("0/contexts/0/targets/0/regions/0/start", 10),
+        "4294967296"
+    );
+    assert_eq!(
+        read("0/contexts/0/targets/0/regions/0/end", 10),
+        "8589934592"
+    );
+
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _claim = ClaimGuard { admin: &admin, kd };
+        panic!("the busy thread panicked");
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(read("0/state", 3), "off");
+    assert_eq!(read("0/contexts/nr_contexts", 1), "0");
+    // It existed before the claim, so it is not removed.
+    assert_eq!(read("nr_kdamonds", 1), "1");
+}

@@ -22,9 +22,10 @@ def median: sort | length as $n
 	| if $n == 0 then null
 	elif $n % 2 == 1 then .[($n - 1) / 2]
 	else (.[$n / 2 - 1] + .[$n / 2]) / 2 end;
-def r2: if . == null then null else (. * 100 | round / 100) end;
+def rounded($k): if . == null then null else (. * $k | round / $k) end;
+def r2: rounded(100);
 def median_of(f): [.[] | f | select(. != null)] | median | r2;
-def r4: . * 10000 | round / 10000;
+def r4: rounded(10000);
 # One phase's pairs: round n (1-based, odd, from 3) stopped and round n + 1 running.
 def pause_pairs: (.round_ops // []) as $o | (.round_paused // []) as $p
 	| [range(2; ($o | length) - 1; 2) as $i
