@@ -444,14 +444,17 @@ profile_report() {
 	"${r[@]}" --sort comm,dso 2> /dev/null | grep -v '^#' | grep . | head -n 40 | sed 's/^/rig: profile: /'
 	"${r[@]}" --sort comm,sym 2> /dev/null | grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: /'
 	# The promoter's threads and the relay on their own: their functions as shares of them.
-	local ours
-	ours=$("${r[@]}" --sort comm 2> /dev/null | awk '$2 ~ /^(pghot|pgibs)/ { print $2 }' | paste -sd, -)
+	# Every thread's name, however little it ran: pghotd's threads each take well under the
+	# 0.5 % the tables above stop at beside a busy program.
+	local ours comms
+	comms=$(perf report -i "$work/perf.data" --stdio --sort comm 2> /dev/null | awk '$1 ~ /%$/ { print $2 }')
+	ours=$(grep -E '^(pghot|pgibs)' <<< "$comms" | paste -sd, -)
 	[ -z "$ours" ] || "${r[@]}" --comms "$ours" --percentage relative --sort comm,dso,sym 2> /dev/null |
 		grep -v '^#' | grep . | head -n 60 | sed 's/^/rig: profile: ours: /'
 	# The promoter's threads alone, down to 0.2 % of them (the relay's and the rig's snapshots
 	# above take most of "ours" and hide the promoter's kernel work).
 	local promoter
-	promoter=$("${r[@]}" --sort comm 2> /dev/null | awk '$2 ~ /^pghot/ { print $2 }' | paste -sd, -)
+	promoter=$(grep -E '^pghot' <<< "$comms" | grep -vx pghotctl | paste -sd, -)
 	[ -z "$promoter" ] || perf report -i "$work/perf.data" --stdio --symfs="$fs" --kallsyms=/proc/kallsyms \
 		--percent-limit 0.2 --comms "$promoter" --percentage relative --sort comm,dso,sym 2> /dev/null |
 		grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: promoter: /'
