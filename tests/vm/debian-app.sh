@@ -426,7 +426,7 @@ perf_pid=
 profile_start() {
 	[ "${RIG_PROFILE:-0}" = 1 ] || return 0
 	command -v perf > /dev/null || { err "--profile: no perf in the image"; return 0; }
-	perf record -a -F 99 -e cpu-clock -o "$work/perf.data" > "$work/perf.out" 2>&1 &
+	perf record -a -F "${RIG_PROFILE_HZ:-99}" -e cpu-clock -o "$work/perf.data" > "$work/perf.out" 2>&1 &
 	perf_pid=$!
 }
 profile_stop() {
@@ -457,7 +457,7 @@ profile_report() {
 	promoter=$(grep -E '^pghot' <<< "$comms" | grep -vx pghotctl | paste -sd, -)
 	[ -z "$promoter" ] || perf report -i "$work/perf.data" --stdio --symfs="$fs" --kallsyms=/proc/kallsyms \
 		--percent-limit 0.2 --comms "$promoter" --percentage relative --sort comm,dso,sym 2> /dev/null |
-		grep -v '^#' | grep . | head -n 80 | sed 's/^/rig: profile: promoter: /'
+		grep -v '^#' | grep . | head -n 150 | sed 's/^/rig: profile: promoter: /'
 }
 promoter_stop() {
 	case $scenario in

@@ -89,6 +89,8 @@ Options:
                         vCPU (perf record -a, cpu-clock at 99 Hz) through the measured phase;
                         the console gets the CPU by process and library and the busiest
                         functions, pghotd's and the relay's from their unstripped binaries
+  --profile-hz N        --profile's rate per vCPU (default 99): pghotd takes a few per cent
+                        of a vCPU beside a busy program, a few hundred samples a phase at 99
   --vcpus N             the guest's CPUs, 2 to 8 (default 2), alternating between the DRAM
                         nodes 0 and 1: with more than 2 the promoter and the relay need not
                         take a vCPU from the program or its client, as on a server with cores
@@ -133,6 +135,7 @@ fast_free_mb=
 pghotd_policy=batch
 pause_alternate=0
 profile=0
+profile_hz=99
 repeat=1
 vcpus=2
 verbose=0
@@ -164,6 +167,7 @@ while [ $# -gt 0 ]; do
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	--pghotd-policy) need_arg "$@"; pghotd_policy=$2; shift ;;
 	--profile) profile=1 ;;
+	--profile-hz) need_arg "$@"; profile_hz=$2; shift ;;
 	--pause-alternate) pause_alternate=1 ;;
 	--repeat) need_arg "$@"; repeat=$2; shift ;;
 	--vcpus) need_arg "$@"; vcpus=$2; shift ;;
@@ -211,6 +215,7 @@ case $cache_ways in 1 | 2 | 4 | 8 | 16) ;; *) log "--cache-ways must be 1, 2, 4,
 case $snoop in 0 | 1) ;; *) log "--snoop must be 0 or 1"; usage ;; esac
 [ -z "$fast_free_mb" ] || [[ $fast_free_mb =~ ^[0-9]+$ ]] || { log "--fast-free-mb must be a whole number"; usage; }
 [[ $vcpus =~ ^[2-8]$ ]] || { log "--vcpus must be a whole number from 2 to 8"; usage; }
+[[ $profile_hz =~ ^[0-9]+$ ]] && [ "$profile_hz" -ge 1 ] && [ "$profile_hz" -le 4000 ] || { log "--profile-hz must be a whole number from 1 to 4000"; usage; }
 [[ $repeat =~ ^[0-9]+$ ]] && [ "$repeat" -ge 1 ] && [ "$repeat" -le 20 ] || { log "--repeat must be a whole number from 1 to 20"; usage; }
 [[ $duration =~ ^[0-9]+$ ]] && [ "$duration" -ge 5 ] || { log "--duration must be a whole number of seconds >= 5"; usage; }
 [ "$(id -u)" -eq 0 ] || die "must run as root (apt, mmdebstrap, the image cache)"
@@ -346,6 +351,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_PERIOD=$period"
 	echo "RIG_FAST_FREE_MB=$fast_free_mb"
 	echo "RIG_PROFILE=$profile"
+	echo "RIG_PROFILE_HZ=$profile_hz"
 	echo "RIG_PGHOTD_POLICY=$pghotd_policy"
 	echo "RIG_PAUSE_ALTERNATE=$pause_alternate"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
