@@ -2,7 +2,7 @@
 //!
 //! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
 //! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
-//! [`FLUSH_EVERY`] samples (or 100 ms of sample time) and when it is dropped. No allocation per
+//! [`FLUSH_EVERY`] samples (or, at the end of a batch, 100 ms of sample time) and when it is dropped. No allocation per
 //! sample. Samples without a node are held back and resolved in batches (see `resolve`).
 //!
 //! Locks, which the path never holds two of at once: a sample normally takes one, the mutex of
@@ -476,20 +476,30 @@ impl Recorder {
             }
         }
     }
-}
 
-impl SampleSink for Recorder {
+    /// Folds the local counts in and measures the recorded rate, as of sample time `time_ns`.
+    fn fold_at(&mut self, time_ns: u64) {
+        self.flush();
+        self.flushed_ns = time_ns;
+        self.ingest.measure_rate(time_ns);
+    }
+
+    /// Folds once [`FLUSH_AFTER_NS`] of sample time has passed since the last fold, so that
+    /// `pghotctl top` sees a slow source move; the sample's own clock costs no syscall.
+    fn fold_if_due(&mut self, time_ns: u64) {
+        if time_ns > self.flushed_ns + FLUSH_AFTER_NS {
+            self.fold_at(time_ns);
+        }
+    }
+
+    /// Everything [`SampleSink::record`] does but the fold by time.
     #[inline]
-    fn record(&mut self, s: &Sample) {
+    fn record_one(&mut self, s: &Sample) {
         self.local.bump(Counter::HwhintTotalEvents);
         self.local.bump_source(s.source);
         self.pending += 1;
-        // Also every 100 ms of sample time, so `pghotctl top` sees a slow source move; the
-        // sample's own clock costs no syscall.
-        if self.pending >= FLUSH_EVERY || s.time_ns > self.flushed_ns + FLUSH_AFTER_NS {
-            self.flush();
-            self.flushed_ns = s.time_ns;
-            self.ingest.measure_rate(s.time_ns);
+        if self.pending >= FLUSH_EVERY {
+            self.fold_at(s.time_ns);
         }
         if let Some(writer) = &self.ingest.record_to
             && !self.ingest.record_failed.load(Ordering::Relaxed)
@@ -514,7 +524,20 @@ impl SampleSink for Recorder {
             }
         }
     }
+}
 
+impl SampleSink for Recorder {
+    #[inline]
+    fn record(&mut self, s: &Sample) {
+        self.record_one(s);
+        self.fold_if_due(s.time_ns);
+    }
+
+    /// The fold by time comes once per batch, after its last sample: a source that drains a
+    /// trickle once a second hands over a second of sample time at once, and folding per
+    /// 100 ms of it folded ten times a wake-up for nothing anyone could see in between (each
+    /// fold adds every counter touched, the per-process counts and admission's traffic into
+    /// shared state).
     fn record_batch(&mut self, samples: &[Sample]) {
         // Far enough ahead for a miss to arrive, near enough that the line is still cached.
         const AHEAD: usize = 4;
@@ -529,7 +552,10 @@ impl SampleSink for Recorder {
             if let Some(ahead) = samples.get(i + AHEAD) {
                 prefetch(ahead);
             }
-            self.record(s);
+            self.record_one(s);
+        }
+        if let Some(last) = samples.last() {
+            self.fold_if_due(last.time_ns);
         }
     }
 

@@ -252,6 +252,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     fn promoted(&mut self, c: &Candidate) {
         self.group.promoted_pages += 1;
         self.group.promoted_bytes += c.bytes;
+        self.promoted_since_upkeep += 1;
         self.stats.add_promoted(c.to_node, 1, c.bytes);
         self.table.mark_promoted_by_us(c.key, c.to_node);
     }

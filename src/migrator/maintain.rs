@@ -13,6 +13,18 @@ use crate::topology::NodeId;
 /// The 4 KiB pages of a PMD THP (x86-64): a collapsed range's.
 const PMD_PAGES: u64 = 512;
 
+/// What an upkeep found, for when the next is due (the migrator thread's `UpkeepPace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upkeep {
+    /// Something changed or was done: pages were promoted since the last upkeep (the fast
+    /// nodes' room changed), the audit found pages back on a lower tier, a split range was
+    /// collapsed again, a fast node is short of `hot_share_room_mb`, or pages were moved back.
+    Busy,
+    /// Nothing to do, and nothing that the next upkeep would find different unless the
+    /// program's memory changes by itself.
+    Idle,
+}
+
 impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Ages the heat histogram by `halvings` half-lives (see `HEAT_HALF_LIFE`): the thread
     /// calls it with the time that passed before each batch and each upkeep, so the cut sees
@@ -28,15 +40,16 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// under that share of the heat floor (from a short node only, with the room setting); and,
     /// with
     /// `demote`, moves the coldest pages pghotd promoted off any fast node under its low
-    /// watermark.
-    pub fn maintain(&mut self) {
+    /// watermark. Says whether it found anything to do ([`Upkeep`]).
+    pub fn maintain(&mut self) -> Upkeep {
+        let mut busy = std::mem::take(&mut self.promoted_since_upkeep) > 0;
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
             let started = self.clock.now();
             let believed = self.stats.get(Counter::PghotBelievedNodeSamples);
             if believed != self.believed_at_audit {
                 self.believed_at_audit = believed;
-                self.audit();
+                busy |= self.audit() > 0;
             }
             let took = self.clock.now().saturating_sub(started);
             self.next_audit = self.clock.now() + audit::pause_after(took);
@@ -53,15 +66,20 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 }
                 None => Vec::new(),
             };
+            busy |= !ranges.is_empty();
             self.requery_ranges(&ranges);
         }
         let move_back = self.read_room();
+        // A fast node short of room: the heat floor acts on candidates, and what it leaves
+        // behind goes back; keep watching at the base pace.
+        busy |= self.table.short_nodes() != 0;
+        let outcome = |busy| if busy { Upkeep::Busy } else { Upkeep::Idle };
         if self.config.dry_run {
-            return;
+            return outcome(busy);
         }
-        self.demote_fallen(&move_back);
+        busy |= self.demote_fallen(&move_back) > 0;
         if !self.config.demote {
-            return;
+            return outcome(busy);
         }
         for fast in self.demotes_from.clone() {
             let (Some(node), Ok(free_kb)) = (self.topology.node(fast), self.free.free_kb(fast))
@@ -78,17 +96,19 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             let victims =
                 self.demoter
                     .victims(&self.table, fast, wanted, now, crate::hotness::PAGE_SIZE);
-            self.demote_pages(victims);
+            busy |= self.demote_pages(victims) > 0;
         }
+        outcome(busy)
     }
 
     /// Moves back, within the demotion budget, the pages pghotd promoted to this migrator's
     /// fast nodes whose heat fell under `demote_below_floor_pct` of the heat floor (see
     /// `hotness::fallen`); what the budget leaves is found again at a later upkeep. Paused
-    /// (`pghotctl pause`), pghotd moves nothing of its own accord: this waits too.
-    fn demote_fallen(&mut self, move_back: &[(NodeId, MoveBack)]) {
+    /// (`pghotctl pause`), pghotd moves nothing of its own accord: this waits too. Returns
+    /// how many moved.
+    fn demote_fallen(&mut self, move_back: &[(NodeId, MoveBack)]) -> u64 {
         if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
+            return 0;
         }
         let mut fallen = Vec::new();
         for &(node, most) in move_back {
@@ -104,7 +124,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             fallen.append(&mut from_node);
         }
         if fallen.is_empty() {
-            return;
+            return 0;
         }
         let now = self.clock.now();
         let allowed = self
@@ -113,6 +133,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
         fallen.truncate(allowed);
         let moved = self.demote_pages(fallen);
         self.stats.add(Counter::PgdemoteBelowFloor, moved);
+        moved
     }
 
     /// With `hot_share_room_mb`, reads each of this migrator's fast nodes' room (free memory
@@ -132,8 +153,9 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     }
 
     /// Asks the kernel where the hottest pages believed on this migrator's fast nodes are, and
-    /// tracks those found on a lower tier as lower-tier again (see [`audit`]).
-    fn audit(&mut self) {
+    /// tracks those found on a lower tier as lower-tier again (see [`audit`]); returns how
+    /// many were.
+    fn audit(&mut self) -> u64 {
         let (shards, next) = audit::next_slice(&self.table, self.audit_cursor);
         self.audit_cursor = next;
         let keys = audit::pick_in(&self.table, shards, &self.demotes_from, self.audit_pages);
@@ -165,6 +187,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
                 "audit: {moved_back} of {checked} pages believed fast are back on a lower tier"
             );
         }
+        moved_back
     }
 
     /// For ranges khugepaged collapsed again after admission split them: the pages of each

@@ -4,7 +4,8 @@
 //!
 //! It wakes for work: the first candidate into its empty queue (the hold starts), the hold's
 //! end, a whole batch waiting, an event; and for upkeep (`Migrator::maintain`): every
-//! `migrate_interval_ms` with demotion on, else once per audit period. Each wake-up costs a
+//! `migrate_interval_ms` with demotion on, else once per audit period, and up to eight times
+//! as long while the upkeeps find nothing to do ([`UpkeepPace`]). Each wake-up costs a
 //! program sharing the CPU (in the Debian rig's TCG guest a few milliseconds of a vCPU), and
 //! an idle migrator that looked every 100 ms woke ten times a second for nothing.
 
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, select};
 
 use super::capacity::HeatAge;
+use super::maintain::Upkeep;
 use super::ratelimit::Clock;
 use super::{Migrator, MigratorConfig, MigratorEvent};
 use crate::hotness::candidate::{Candidate, CandidateReceiver};
@@ -101,6 +103,7 @@ fn run<M: Mover, C: Clock>(
 ) {
     let mut batch: Vec<Candidate> = Vec::with_capacity(migrator.config.migrate_batch);
     let mut next_upkeep = Instant::now() + upkeep_every(&migrator.config);
+    let mut pace = UpkeepPace::default();
     let mut hold = Hold::default();
     // The heat histogram's clock: time since the thread started.
     let started = Instant::now();
@@ -153,8 +156,8 @@ fn run<M: Mover, C: Clock>(
         }
         if now >= next_upkeep {
             migrator.age_heat(heat.halvings(now.saturating_duration_since(started)));
-            migrator.maintain();
-            next_upkeep = Instant::now() + upkeep_every(&migrator.config);
+            let upkeep = migrator.maintain();
+            next_upkeep = Instant::now() + pace.after(upkeep, upkeep_every(&migrator.config));
         }
     }
 }
@@ -167,6 +170,38 @@ fn upkeep_every(config: &MigratorConfig) -> Duration {
         interval(config)
     } else {
         interval(config).max(super::audit::AUDIT_EVERY)
+    }
+}
+
+/// How long the migrator leaves between upkeeps: `upkeep_every` after one that found work,
+/// twice as long after each that found none in a row, up to [`UPKEEP_STRETCH`] times. An
+/// upkeep reads each fast node's meminfo (drivers/base/node.c `node_read_meminfo`, dozens of
+/// formatted lines), walks the promoted pages for those fallen under the floor and ages the
+/// heat, and a migrator with a trickle of candidates did it every second for nothing: in the
+/// Debian rig's TCG guest, beside MariaDB, the migrator's wake-ups took about 2 % of a vCPU
+/// (BENCHMARKS.md, issue 18, "MariaDB beside pghotd over 44 pairs"). What an upkeep watches
+/// changes slowly while it finds nothing (the heat floor's pages age over `heat_halflife_ms`;
+/// the audit and the collapse scan are due at most once per `AUDIT_EVERY` anyway), and a
+/// promotion, the one thing pghotd itself changes, brings the next upkeep back to the base
+/// pace.
+#[derive(Debug, Default)]
+struct UpkeepPace {
+    /// Upkeeps in a row that found nothing to do.
+    idle: u32,
+}
+
+/// The longest wait between upkeeps, in `upkeep_every`s: 8 s without demotion.
+const UPKEEP_STRETCH: u32 = 8;
+
+impl UpkeepPace {
+    /// The wait before the next upkeep, after one that found `upkeep`.
+    fn after(&mut self, upkeep: Upkeep, every: Duration) -> Duration {
+        self.idle = match upkeep {
+            Upkeep::Busy => 0,
+            Upkeep::Idle => self.idle.saturating_add(1),
+        };
+        let times = 1u32 << self.idle.min(UPKEEP_STRETCH.trailing_zeros());
+        every * times
     }
 }
 
@@ -363,6 +398,41 @@ mod hold_tests {
         assert_eq!(h.deadline(hold, 0, t0), None);
         assert!(!h.due(8, hold, t0));
         assert_eq!(h.deadline(hold, 8, t0), Some(t0 + hold));
+    }
+
+    /// By hand, 1 s upkeeps: each that finds nothing doubles the wait (2, 4, 8 s), which
+    /// stops at 8 s; one that finds work brings it back to 1 s.
+    #[test]
+    fn upkeeps_that_find_nothing_wait_twice_as_long_each_up_to_eight_times() {
+        let s = Duration::from_secs;
+        let mut pace = UpkeepPace::default();
+        let waits: Vec<Duration> = [
+            Upkeep::Idle,
+            Upkeep::Idle,
+            Upkeep::Idle,
+            Upkeep::Idle,
+            Upkeep::Idle,
+            Upkeep::Busy,
+            Upkeep::Idle,
+            Upkeep::Busy,
+            Upkeep::Busy,
+        ]
+        .into_iter()
+        .map(|u| pace.after(u, s(1)))
+        .collect();
+        assert_eq!(
+            waits,
+            [s(2), s(4), s(8), s(8), s(8), s(1), s(2), s(1), s(1)]
+        );
+        // With demotion the base is the 100 ms interval: 800 ms at the most.
+        let mut pace = UpkeepPace::default();
+        for _ in 0..10 {
+            pace.after(Upkeep::Idle, Duration::from_millis(100));
+        }
+        assert_eq!(
+            pace.after(Upkeep::Idle, Duration::from_millis(100)),
+            Duration::from_millis(800)
+        );
     }
 
     /// By hand: demotion keeps the interval's upkeep; without it, the audit period (1 s) is

@@ -8,6 +8,7 @@ mod folios;
 mod maintain;
 mod thread;
 
+use super::maintain::Upkeep;
 use super::ratelimit::fake::FakeClock;
 use super::*;
 use crate::hotness::candidate::candidate_queue;
