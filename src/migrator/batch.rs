@@ -63,6 +63,25 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             }
         }
         batch.clear();
+        self.note_room_after_batch();
+    }
+
+    /// With `hot_share_room_mb`, tells the table each fast node's room as this batch left it
+    /// (the free memory it read for the watermark, less what it admitted there), so that a
+    /// node its promotions made short is short at once, not at the next upkeep, which may be
+    /// seconds away while upkeeps find nothing (`thread::UpkeepPace`).
+    fn note_room_after_batch(&self) {
+        if self.table.policy().hot_share_room_mb == 0 {
+            return;
+        }
+        for &(node, free_kb) in &self.free_in_batch {
+            if let (true, Some(reserve_kb)) =
+                (self.demotes_from.contains(&node), self.reserve_kb(node))
+            {
+                self.table
+                    .observe_room(node, Some(free_kb.saturating_sub(reserve_kb)));
+            }
+        }
     }
 
     /// The headroom of each destination the batch names (a batch names one or a few).
@@ -252,7 +271,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     fn promoted(&mut self, c: &Candidate) {
         self.group.promoted_pages += 1;
         self.group.promoted_bytes += c.bytes;
-        self.promoted_since_upkeep += 1;
         self.stats.add_promoted(c.to_node, 1, c.bytes);
         self.table.mark_promoted_by_us(c.key, c.to_node);
     }

@@ -16,12 +16,12 @@ const PMD_PAGES: u64 = 512;
 /// What an upkeep found, for when the next is due (the migrator thread's `UpkeepPace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upkeep {
-    /// Something changed or was done: pages were promoted since the last upkeep (the fast
-    /// nodes' room changed), the audit found pages back on a lower tier, a split range was
-    /// collapsed again, a fast node is short of `hot_share_room_mb`, or pages were moved back.
+    /// Something to watch or work done: the audit found pages back on a lower tier, a split
+    /// range was collapsed again, a fast node is short of `hot_share_room_mb` (the heat floor
+    /// acts, and what falls under it goes back), or pages were moved back.
     Busy,
-    /// Nothing to do, and nothing that the next upkeep would find different unless the
-    /// program's memory changes by itself.
+    /// Nothing to do. Promotions alone do not make an upkeep busy: each batch tells the table
+    /// the room it left (`Migrator::process`), so a node they make short is short at once.
     Idle,
 }
 
@@ -42,7 +42,7 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// `demote`, moves the coldest pages pghotd promoted off any fast node under its low
     /// watermark. Says whether it found anything to do ([`Upkeep`]).
     pub fn maintain(&mut self) -> Upkeep {
-        let mut busy = std::mem::take(&mut self.promoted_since_upkeep) > 0;
+        let mut busy = false;
         // A dry run moves nothing, so the kernel disagrees with every "promoted" page.
         if !self.config.dry_run && self.clock.now() >= self.next_audit {
             let started = self.clock.now();

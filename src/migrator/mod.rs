@@ -209,9 +209,6 @@ pub struct Migrator<M: Mover, C: Clock> {
     /// `pghot_believed_node_samples` when the last audit was due: no new ones since, and
     /// every sample since showed its page's node, so nothing the table holds is stale.
     believed_at_audit: u64,
-    /// Pages promoted (or, in a dry run, counted so) since the last upkeep: the fast nodes'
-    /// room changed, so the next upkeep should not wait longer (see [`Upkeep`]).
-    promoted_since_upkeep: u64,
     /// The first shard the next audit reads (see [`audit::next_slice`]).
     audit_cursor: usize,
     /// Most pages one audit asks about.
@@ -260,7 +257,6 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             call_failures: 0,
             next_audit: Duration::ZERO,
             believed_at_audit: 0,
-            promoted_since_upkeep: 0,
             audit_cursor: 0,
             audit_pages: audit::AUDIT_PAGES,
             next_collapse_scan: Duration::ZERO,

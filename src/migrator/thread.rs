@@ -181,9 +181,10 @@ fn upkeep_every(config: &MigratorConfig) -> Duration {
 /// Debian rig's TCG guest, beside MariaDB, the migrator's wake-ups took about 2 % of a vCPU
 /// (BENCHMARKS.md, issue 18, "MariaDB beside pghotd over 44 pairs"). What an upkeep watches
 /// changes slowly while it finds nothing (the heat floor's pages age over `heat_halflife_ms`;
-/// the audit and the collapse scan are due at most once per `AUDIT_EVERY` anyway), and a
-/// promotion, the one thing pghotd itself changes, brings the next upkeep back to the base
-/// pace.
+/// the audit and the collapse scan are due at most once per `AUDIT_EVERY` anyway), and the
+/// fast nodes' room, which pghotd's own promotions change, is noted by each batch. MariaDB
+/// offers a few candidates a second there, so an upkeep made busy by every promotion would
+/// never have waited longer.
 #[derive(Debug, Default)]
 struct UpkeepPace {
     /// Upkeeps in a row that found nothing to do.

@@ -288,20 +288,19 @@ fn with_hot_share_room_only_what_a_short_node_lacks_goes_back() {
     assert_eq!(rig.mover.0.lock().pages[&(10, 3 * PAGE_SIZE)], 0);
 }
 
-/// By hand: an upkeep is busy after pages were promoted since the last one and while a fast
-/// node is short of `hot_share_room_mb` (16 MiB: node 0 with 8 MiB above its 2 % reserve is
-/// short, and stays so until it has a quarter more than the setting); else idle, and the
-/// migrator thread leaves a longer wait before the next.
+/// By hand: an upkeep is busy while a fast node is short of `hot_share_room_mb` (16 MiB: node
+/// 0 with 8 MiB above its 2 % reserve is short, and stays so until it has a quarter more than
+/// the setting), else idle, promotions or not; and a batch whose promotions leave node 0 short
+/// makes it short for the table at once, before any upkeep reads it.
 #[test]
-fn an_upkeep_is_busy_after_promotions_and_while_a_fast_node_is_short_of_room() {
+fn an_upkeep_is_busy_while_a_fast_node_is_short_and_a_batch_notes_the_room_it_left() {
     let (mut rig, free) = rig_with_free(MigratorConfig::default());
-    map(&rig, 10, 0..2);
+    map(&rig, 10, 0..4);
     assert_eq!(rig.migrator.maintain(), Upkeep::Idle, "nothing yet");
     let mut batch = vec![cand(10, 0, 0), cand(10, 1, 0)];
     promote_sampled(&mut rig, &mut batch);
     assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 2);
-    assert_eq!(rig.migrator.maintain(), Upkeep::Busy, "two pages promoted");
-    assert_eq!(rig.migrator.maintain(), Upkeep::Idle, "none since");
+    assert_eq!(rig.migrator.maintain(), Upkeep::Idle, "promotions alone");
     rig.table.set_policy(HotnessConfig {
         hot_share_room_mb: 16,
         ..rig.table.policy()
@@ -312,4 +311,12 @@ fn an_upkeep_is_busy_after_promotions_and_while_a_fast_node_is_short_of_room() {
     assert_eq!(rig.migrator.maintain(), Upkeep::Busy, "still under 20 MiB");
     free.0.lock().insert(0, NODE0_RESERVE_KB + 21 * 1024);
     assert_eq!(rig.migrator.maintain(), Upkeep::Idle, "room again");
+    assert_eq!(rig.table.short_nodes(), 0);
+    // 16 MiB + 4 KiB free above the reserve before a batch of two 4 KiB pages: it leaves
+    // 16 MiB - 4 KiB, short, and the table knows it with no upkeep in between.
+    free.0.lock().insert(0, NODE0_RESERVE_KB + 16 * 1024 + 4);
+    let mut batch = vec![cand(10, 2, 0), cand(10, 3, 0)];
+    promote_sampled(&mut rig, &mut batch);
+    assert_eq!(counter(&rig, Counter::PgpromoteSuccess), 4);
+    assert_eq!(rig.table.short_nodes(), 1, "node 0 short after the batch");
 }
