@@ -2,8 +2,9 @@
 //!
 //! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
 //! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
-//! [`FLUSH_EVERY`] samples (or, at the end of a batch, 100 ms of sample time) and when it is dropped. No allocation per
-//! sample. Samples without a node are held back and resolved in batches (see `resolve`).
+//! [`FLUSH_EVERY`] samples, at the end of a batch that spans 100 ms of sample time, and when it
+//! is dropped. No allocation per sample. Samples without a node are held back and resolved in
+//! batches (see `resolve`).
 //!
 //! Locks, which the path never holds two of at once: a sample normally takes one, the mutex of
 //! the hotness shard its page hashes to (`HotTable::record` or `touch`). It takes that shard's

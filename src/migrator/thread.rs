@@ -192,8 +192,10 @@ struct UpkeepPace {
     idle: u32,
 }
 
-/// The longest wait between upkeeps, in `upkeep_every`s: 8 s without demotion.
+/// The longest wait between upkeeps, in `upkeep_every`s: 8 s without demotion. A power of two
+/// (the wait doubles up to it).
 const UPKEEP_STRETCH: u32 = 8;
+const _: () = assert!(UPKEEP_STRETCH.is_power_of_two());
 
 impl UpkeepPace {
     /// The wait before the next upkeep, after one that found `upkeep`.
