@@ -2,9 +2,9 @@
 //!
 //! [`Ingest`] is built once and shared; each source thread gets its own [`Recorder`] (a
 //! [`SampleSink`]) that keeps its counts locally and folds them into the registry every
-//! [`FLUSH_EVERY`] samples, at the end of a batch that spans 100 ms of sample time, and when it
-//! is dropped. No allocation per sample. Samples without a node are held back and resolved in
-//! batches (see `resolve`).
+//! [`FLUSH_EVERY`] samples, before and after a batch once 100 ms of sample time has passed, and
+//! when it is dropped. No allocation per sample. Samples without a node are held back and
+//! resolved in batches (see `resolve`).
 //!
 //! Locks, which the path never holds two of at once: a sample normally takes one, the mutex of
 //! the hotness shard its page hashes to (`HotTable::record` or `touch`). It takes that shard's
@@ -534,12 +534,17 @@ impl SampleSink for Recorder {
         self.fold_if_due(s.time_ns);
     }
 
-    /// The fold by time comes once per batch, after its last sample: a source that drains a
-    /// trickle once a second hands over a second of sample time at once, and folding per
-    /// 100 ms of it folded ten times a wake-up for nothing anyone could see in between (each
-    /// fold adds every counter touched, the per-process counts and admission's traffic into
-    /// shared state).
+    /// The fold by time comes at most twice a batch, before its first sample and after its
+    /// last: a source that drains a trickle once a second hands over a second of sample time
+    /// at once, and folding per 100 ms of it folded ten times a wake-up for nothing anyone
+    /// could see in between (each fold adds every counter touched, the per-process counts and
+    /// admission's traffic into shared state). The fold before the first sample starts the
+    /// recorded rate's span where the samples start (`measure_rate`): folded only at its end,
+    /// a first batch started it there, and a floor the rate draws waited a span longer.
     fn record_batch(&mut self, samples: &[Sample]) {
+        if let Some(first) = samples.first() {
+            self.fold_if_due(first.time_ns);
+        }
         // Far enough ahead for a miss to arrive, near enough that the line is still cached.
         const AHEAD: usize = 4;
         let table = Arc::clone(&self.ingest.table);
