@@ -75,11 +75,11 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             return;
         }
         for &(node, free_kb) in &self.free_in_batch {
-            if let (true, Some(reserve_kb)) =
-                (self.demotes_from.contains(&node), self.reserve_kb(node))
-            {
-                self.table
-                    .observe_room(node, Some(free_kb.saturating_sub(reserve_kb)));
+            if let (true, Some(room_kb)) = (
+                self.demotes_from.contains(&node),
+                self.room_above_reserve(node, free_kb),
+            ) {
+                self.table.observe_room(node, Some(room_kb));
             }
         }
     }
@@ -108,12 +108,14 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// Pages the destination can take before reaching its watermark; unlimited when its free
     /// memory cannot be read (e.g. a replayed trace names a node this machine lacks).
     fn watermark_room(&mut self, to: NodeId, page_bytes: u64) -> usize {
-        let Some(reserve_kb) = self.reserve_kb(to) else {
+        if self.reserve_kb(to).is_none() {
             return usize::MAX;
-        };
+        }
         match self.free_kb_in_batch(to) {
             Ok(free_kb) => {
-                let room_kb = free_kb.saturating_sub(reserve_kb);
+                let room_kb = self
+                    .room_above_reserve(to, free_kb)
+                    .unwrap_or(u64::MAX / 1024);
                 usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
             }
             Err(e) => {
@@ -136,9 +138,15 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
     /// `node`'s room now, read afresh: free memory above the reserve; `None` when either
     /// cannot be read.
     pub(super) fn room_kb(&self, node: NodeId) -> Option<u64> {
-        let reserve_kb = self.reserve_kb(node)?;
+        self.reserve_kb(node)?;
         let free_kb = self.free.free_kb(node).ok()?;
-        Some(free_kb.saturating_sub(reserve_kb))
+        self.room_above_reserve(node, free_kb)
+    }
+
+    /// `node`'s room with `free_kb` free: what is above its reserve; `None` for a node this
+    /// machine lacks.
+    fn room_above_reserve(&self, node: NodeId, free_kb: u64) -> Option<u64> {
+        Some(free_kb.saturating_sub(self.reserve_kb(node)?))
     }
 
     /// The destination's free memory: read at its first use in a batch, then that reading
