@@ -112,12 +112,12 @@ impl<M: Mover, C: Clock> Migrator<M, C> {
             return usize::MAX;
         }
         match self.free_kb_in_batch(to) {
-            Ok(free_kb) => {
-                let room_kb = self
-                    .room_above_reserve(to, free_kb)
-                    .unwrap_or(u64::MAX / 1024);
-                usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
-            }
+            Ok(free_kb) => match self.room_above_reserve(to, free_kb) {
+                Some(room_kb) => {
+                    usize::try_from(room_kb * 1024 / page_bytes.max(1)).unwrap_or(usize::MAX)
+                }
+                None => usize::MAX,
+            },
             Err(e) => {
                 if !self.watermark_warned {
                     tracing::warn!(node = to, "cannot read free memory, no watermark: {e}");
