@@ -395,6 +395,11 @@ fn start(
     let clock = MonotonicClock::default();
     let paused = Arc::new(AtomicBool::new(false));
     let mut pipeline = pipeline;
+    // Before the first worker thread starts: each follows `cpu_policy` from its start.
+    let stats = Arc::clone(&pipeline.stats);
+    crate::cpushare::install(config.cpu_policy, move |_thread, _wait| {
+        stats.add(Counter::PghotCpuRaises, 1);
+    });
     let migrators = start_migrators(config, &mut pipeline, &limits, &clock, &paused)?;
 
     let stop = StopToken::new();

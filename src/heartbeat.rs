@@ -137,9 +137,12 @@ impl Drop for Attached {
     }
 }
 
-/// Registers the current thread as `name` in the global registry, busy from now.
+/// Registers the current thread as `name` in the global registry, busy from now. A worker
+/// thread also follows `cpu_policy` from now on ([`crate::cpushare::join`]).
 pub fn attach(name: impl Into<String>) -> Attached {
     let registry = Registry::global();
+    let name = name.into();
+    crate::cpushare::join(&name);
     let beat = registry.register(name, now());
     CURRENT.with(|c| *c.borrow_mut() = Some(Arc::clone(&beat)));
     Attached { beat, registry }
@@ -171,6 +174,8 @@ pub struct Waiting(());
 impl Drop for Waiting {
     fn drop(&mut self) {
         beat();
+        // Where a worker wakes anyway: the CPU policy's look costs no wake-up of its own.
+        crate::cpushare::woke();
     }
 }
 

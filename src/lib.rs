@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod conflicts;
 pub mod control;
+pub mod cpushare;
 pub mod daemon;
 pub mod generate;
 pub mod heartbeat;

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use super::setting::{Field, Setting, Written, field, text, texts};
 use crate::admission::config::SplitHistogram;
 use crate::conflicts::ConflictPolicy;
+use crate::cpushare::CpuPolicy;
 use crate::sampler::SourceSpec;
 
 /// A node id: the kernel's MAX_NUMNODES is at most 1 << CONFIG_NODES_SHIFT (10).
@@ -296,6 +297,26 @@ pub static SETTINGS: &[Setting] = &[
              remedy and runs, `\"refuse\"` exits 3; found later, one is logged either way \
              (`pghotctl status`, `pghotd_conflicts`)",
         ),
+    Setting::text("cpu_policy", CPU_POLICY)
+        .flag("cpu-policy", "auto|idle|inherit")
+        .help(
+            "How the sampling and migrating threads share the CPU with the managed programs: \
+             auto (SCHED_IDLE, back to the policy pghotd started with while a thread waits \
+             over 50 ms a run), idle (SCHED_IDLE always) or inherit (the policy pghotd started \
+             with, the unit's SCHED_BATCH) [default: {default}]",
+        )
+        .allowed("`\"auto\"`, `\"idle\"`, `\"inherit\"`")
+        .doc(
+            "`\"auto\"`: the sampling and migrating threads run at SCHED_IDLE, so that a \
+             managed program's wake-ups preempt them at once, and a thread that waited over \
+             50 ms a run on average since its last look (at most once a second) goes back to \
+             the policy pghotd started with for 30 s (doubled, up to 8 min, while it starves \
+             again at once; `pghot_cpu_raises`); `\"idle\"`: SCHED_IDLE always, which on a \
+             machine with no idle CPU promotes nothing; `\"inherit\"`: the policy pghotd \
+             started with (the unit's `CPUSchedulingPolicy=batch`). The control threads keep \
+             the started policy",
+        )
+        .runtime(),
     Setting::path("sysfs_root", SYSFS_ROOT)
         .flag("sysfs-root", "DIR")
         .help(
@@ -702,6 +723,15 @@ const READONLY_SOCKET: Field = Field {
         Ok(())
     },
     copy: |from, to| to.readonly_socket = from.readonly_socket.clone(),
+};
+
+const CPU_POLICY: Field = Field {
+    get: |c| Some(Written::Text(c.cpu_policy.name().into())),
+    set: |c, value| {
+        c.cpu_policy = CpuPolicy::parse(&text(value)?)?;
+        Ok(())
+    },
+    copy: |from, to| to.cpu_policy = from.cpu_policy,
 };
 
 const CONFLICTS: Field = Field {

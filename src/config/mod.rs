@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::admission::AdmissionConfig;
 use crate::conflicts::ConflictPolicy;
+use crate::cpushare::CpuPolicy;
 use crate::hotness::HotnessConfig;
 use crate::migrator::MigratorConfig;
 use crate::sampler::SourceSpec;
@@ -145,6 +146,8 @@ pub struct Config {
     pub admission: AdmissionConfig,
     /// What a competing promoter found at start does (`conflicts`).
     pub conflicts: ConflictPolicy,
+    /// How the worker threads share the CPU with the managed programs (`cpu_policy`).
+    pub cpu_policy: CpuPolicy,
     /// Where each given value came from, for the checks that run later.
     pub origins: Origins,
 }
@@ -213,6 +216,7 @@ impl Default for Config {
             loaded_from: None,
             admission: AdmissionConfig::default(),
             conflicts: ConflictPolicy::default(),
+            cpu_policy: CpuPolicy::default(),
             origins: Origins::default(),
         }
     }

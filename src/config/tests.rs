@@ -535,6 +535,7 @@ const BY_HAND: &[(&str, &str, Range)] = &[
     ("demote_free_pct", "5", Some((1, 60))),
     ("move_shared", "false", None),
     ("conflicts", r#""warn""#, None),
+    ("cpu_policy", r#""auto""#, None),
     ("sysfs_root", r#""/sys""#, None),
     ("perf.ring_pages", "64", Some((1, 16384))),
     ("pagefault.period", "1", Some((1, 1 << 30))),
@@ -632,6 +633,7 @@ fn runtime_keys_are_the_documented_ones() {
     assert_eq!(
         keys,
         [
+            "cpu_policy",
             "demote",
             "demote_below_floor_pct",
             "demote_free_pct",

@@ -366,6 +366,7 @@ impl ControlPlane {
         // change is the same value.
         self.parts.table.set_policy(running.policy);
         self.parts.ingest.set_target_nid(running.target_nid);
+        crate::cpushare::set_policy(running.cpu_policy);
         for m in &self.parts.migrators {
             // A migrator that has exited has nothing to reconfigure.
             let _ = m.send(MigratorEvent::Reconfigure(running.migrator));
