@@ -10,7 +10,7 @@
 # phase's start, read at its end through the pghot.ctl port).
 #   PGHOT-APP-ROUND n=... ops_per_s=... p50_ms=... p99_ms=...   one per round
 #   PGHOT-APP-SNAP n=... samples_sent_dropped=SENT/DROPPED         after each round's snapshot
-#                  [heat_floor=F promoted=N moved_back=M short=S] (pghotd scenarios)
+#                  [heat_floor=F promoted=N moved_back=M short=S raises=R] (pghotd scenarios)
 #   RESULT {json}                                               the scenario's figures
 #   PGHOT-RIG-ERROR text                                        something went wrong
 set -u
@@ -173,21 +173,23 @@ field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 # field_or_null LINE KEY: the same, or null for a field the line lacks (a JSON number or null).
 field_or_null() { local v; v=$(field "$1" "$2"); echo "${v:-null}"; }
 
-# pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M short=S"
-# from `pghotctl stats` (the floor as it stands, in samples, or "-" without one;
+# pghotd_round_state: for a pghotd scenario, " heat_floor=F promoted=N moved_back=M short=S
+# raises=R" from `pghotctl stats` (the floor as it stands, in samples, or "-" without one;
 # pgpromote_success and pgdemote_below_floor so far; the fast nodes short of hot_share_room_mb,
-# "-" while it is off), to read a round's hot-set share against; nothing otherwise.
+# "-" while it is off; pghot_cpu_raises so far, the times a thread at SCHED_IDLE starved and
+# went back to the unit's policy under cpu_policy "auto"), to read a round's hot-set share against; nothing otherwise.
 # Counters only: `--json` and `--pids` make pghotd read its whole table, seconds in this guest.
 pghotd_round_state() {
 	case $scenario in pghotd-*) ;; *) return 0 ;; esac
 	pghotctl stats 2> /dev/null | awk '
 		{ v[$1] = $2 }
 		END {
-			printf " heat_floor=%s promoted=%s moved_back=%s short=%s", \
+			printf " heat_floor=%s promoted=%s moved_back=%s short=%s raises=%s", \
 				("heat_floor_samples" in v ? v["heat_floor_samples"] : "-"), \
 				("pgpromote_success" in v ? v["pgpromote_success"] : "-"), \
 				("pgdemote_below_floor" in v ? v["pgdemote_below_floor"] : "-"), \
-				("fast_nodes_short" in v ? v["fast_nodes_short"] : "-")
+				("fast_nodes_short" in v ? v["fast_nodes_short"] : "-"), \
+				("pghot_cpu_raises" in v ? v["pghot_cpu_raises"] : "-")
 		}'
 }
 
@@ -328,8 +330,9 @@ promoter_start() {
 		# as the service's threads are (systemd/pghotd.service), so its wake-ups every batch
 		# do not preempt the program. (SCHED_IDLE, tried in r17b, BENCHMARKS.md "pghotd and
 		# the relay at SCHED_BATCH", spread each batch over more, shorter slices between the
-		# program's.)
-		chrt "--${RIG_PGHOTD_POLICY:-batch}" 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
+		# program's.) --relay-policy idle: SCHED_IDLE, as pghotd's own threads run with
+		# cpu_policy "auto" while they get a CPU.
+		chrt "--${RIG_RELAY_POLICY:-${RIG_PGHOTD_POLICY:-batch}}" 0 /opt/pghot-rig/pgibs-guest relay "$fifo" "$RIG_PERIOD" "$work/relay.stats" --only "$app_pid" > "$work/relay.out" 2>&1 &
 		relay_pid=$!
 		# The phase starts once samples flow to pghotd (as NUMA balancing and DAMON are at
 		# work the moment they are switched on): up to 20 s for the relay under TCG.

@@ -67,9 +67,12 @@ Options:
                         --app: a line added to /etc/pghotd/pghotd.toml for the pghotd-*
                         scenarios (repeatable; every other setting stays at its default);
                         checked on the host with pghotd --check-config first
-  --pghotd-policy P     --app: the scheduling policy of pghotd's service and of the relay,
-                        batch (default: the unit's own) or idle (sched(7) SCHED_IDLE, a
-                        drop-in for pghotd.service and chrt --idle for the relay)
+  --pghotd-policy P     --app: the scheduling policy of pghotd's service, batch (default:
+                        the unit's own) or idle (sched(7) SCHED_IDLE, a drop-in for
+                        pghotd.service); pghotd's worker threads then follow its
+                        cpu_policy setting (default auto: SCHED_IDLE while they get a CPU)
+  --relay-policy P      --app: the relay's policy, batch or idle (chrt); default: the same
+                        as --pghotd-policy
   --pause-alternate     --app, the pghotd-* scenarios: pghotd (every thread, SIGSTOP) is
                         stopped through each odd round and runs through each even one, so
                         that one boot and one placement measure what its presence costs
@@ -133,6 +136,7 @@ pipeline=16
 pghotd_set=()
 fast_free_mb=
 pghotd_policy=batch
+relay_policy=
 pause_alternate=0
 profile=0
 profile_hz=99
@@ -166,6 +170,7 @@ while [ $# -gt 0 ]; do
 	--pghotd-set) need_arg "$@"; pghotd_set+=("$2"); shift ;;
 	--fast-free-mb) need_arg "$@"; fast_free_mb=$2; shift ;;
 	--pghotd-policy) need_arg "$@"; pghotd_policy=$2; shift ;;
+	--relay-policy) need_arg "$@"; relay_policy=$2; shift ;;
 	--profile) profile=1 ;;
 	--profile-hz) need_arg "$@"; profile_hz=$2; shift ;;
 	--pause-alternate) pause_alternate=1 ;;
@@ -182,6 +187,8 @@ while [ $# -gt 0 ]; do
 done
 [ ${#scenarios[@]} -gt 0 ] || usage
 [[ $pghotd_policy =~ ^(batch|idle)$ ]] || { log "--pghotd-policy $pghotd_policy: batch or idle"; usage; }
+relay_policy=${relay_policy:-$pghotd_policy}
+[[ $relay_policy =~ ^(batch|idle)$ ]] || { log "--relay-policy $relay_policy: batch or idle"; usage; }
 # Each scenario once a pass, in the order given (--repeat runs them again).
 mapfile -t scenarios < <(printf '%s\n' "${scenarios[@]}" | awk '!seen[$0]++')
 for s in "${scenarios[@]}"; do
@@ -353,6 +360,7 @@ chmod 0755 "$over/opt/pghot-rig/run"
 	echo "RIG_PROFILE=$profile"
 	echo "RIG_PROFILE_HZ=$profile_hz"
 	echo "RIG_PGHOTD_POLICY=$pghotd_policy"
+	echo "RIG_RELAY_POLICY=$relay_policy"
 	echo "RIG_PAUSE_ALTERNATE=$pause_alternate"
 	printf 'RIG_PGHOTD_SET=%q\n' "$(printf '%s\n' "${pghotd_set[@]}")"
 	# redis: 256 Ki SETs of 1 KiB values over 256 Ki key numbers in random order (about 166 Ki
