@@ -282,6 +282,8 @@ pub fn spawn_watch(
     std::thread::Builder::new()
         .name("pghot-conflicts".into())
         .spawn(move || {
+            // A rescan of /proc and /sys can wait for a CPU the managed programs want.
+            crate::cpushare::join("pghot-conflicts");
             while crate::stop::wait_until(Instant::now() + every, &stop) {
                 conflicts.update(probe.find());
             }

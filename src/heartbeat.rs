@@ -156,9 +156,14 @@ fn with_current(f: impl FnOnce(&Heartbeat)) {
     });
 }
 
-/// The current thread made progress. A no-op on a thread that did not [`attach`].
+/// The current thread made progress (or woke). A no-op on a thread that did not [`attach`].
+/// It is also where a worker looks at its CPU policy ([`crate::cpushare::step`]): where it
+/// wakes anyway, so that the look costs no wake-up of its own, and between the batches of a
+/// long stretch of work, so that a thread that starves at SCHED_IDLE in the middle of one
+/// (and would then beat rarely, and look stuck to the watchdog) is raised before it ends.
 pub fn beat() {
     with_current(|b| b.busy_at(now()));
+    crate::cpushare::step();
 }
 
 /// Marks the current thread waiting until the guard drops, then busy from that moment.
@@ -174,8 +179,6 @@ pub struct Waiting(());
 impl Drop for Waiting {
     fn drop(&mut self) {
         beat();
-        // Where a worker wakes anyway: the CPU policy's look costs no wake-up of its own.
-        crate::cpushare::woke();
     }
 }
 

@@ -315,8 +315,8 @@ counters! {
     /// Of those, pages found back on a lower tier (kernel demotion, a khugepaged collapse):
     /// tracked as lower-tier again, so their next samples can promote them.
     PghotAuditMovedBack => "pghot_audit_moved_back" as Metric::count("audit_moved_back_pages"),
-    /// Times a sampling or migrating thread at SCHED_IDLE waited over 50 ms a run for a CPU
-    /// and went back to the policy pghotd started with (`cpu_policy = "auto"`).
+    /// Times a sampling or migrating thread at SCHED_IDLE waited for a CPU over 50 ms a run
+    /// and a quarter of the time, and went back to the policy pghotd started with (`cpu_policy = "auto"`).
     PghotCpuRaises => "pghot_cpu_raises" as Metric::count("cpu_raises"),
     /// Records lost by a source before pghotd saw them (ring overflow).
     SourceLostRecords => "pghot_source_lost_records" as Metric::count("source_lost_records"),

@@ -300,21 +300,24 @@ pub static SETTINGS: &[Setting] = &[
     Setting::text("cpu_policy", CPU_POLICY)
         .flag("cpu-policy", "auto|idle|inherit")
         .help(
-            "How the sampling and migrating threads share the CPU with the managed programs: \
-             auto (SCHED_IDLE, back to the policy pghotd started with while a thread waits \
-             over 50 ms a run), idle (SCHED_IDLE always) or inherit (the policy pghotd started \
-             with, the unit's SCHED_BATCH) [default: {default}]",
+            "How pghotd's sampling and migrating threads share the CPU with the managed programs: \
+             auto (SCHED_IDLE, back to the policy pghotd started with while a thread waits for \
+             a CPU over 50 ms a run and a quarter of the time), idle (SCHED_IDLE always) or \
+             inherit (the policy pghotd started with, the unit's SCHED_BATCH) [default: \
+             {default}]",
         )
         .allowed("`\"auto\"`, `\"idle\"`, `\"inherit\"`")
         .doc(
-            "`\"auto\"`: the sampling and migrating threads run at SCHED_IDLE, so that a \
-             managed program's wake-ups preempt them at once, and a thread that waited over \
-             50 ms a run on average since its last look (at most once a second) goes back to \
-             the policy pghotd started with for 30 s (doubled, up to 8 min, while it starves \
-             again at once; `pghot_cpu_raises`); `\"idle\"`: SCHED_IDLE always, which on a \
-             machine with no idle CPU promotes nothing; `\"inherit\"`: the policy pghotd \
-             started with (the unit's `CPUSchedulingPolicy=batch`). The control threads keep \
-             the started policy",
+            "`\"auto\"`: the sampling, migrating and conflict-checking threads run at \
+             SCHED_IDLE, so that a \
+             managed program's wake-ups preempt them at once, and a thread that since its last \
+             look (at most once a second) waited for a CPU over 50 ms a run on average and a \
+             quarter of the time goes back to the policy pghotd started with for 30 s \
+             (doubled, up to 8 min, while it starves again at once; `pghot_cpu_raises`); \
+             `\"idle\"`: SCHED_IDLE always, which on a machine with no idle CPU promotes \
+             nothing; `\"inherit\"`: the policy pghotd started with (the unit's \
+             `CPUSchedulingPolicy=batch`). The control, metrics and sd_notify threads keep the \
+             started policy",
         )
         .runtime(),
     Setting::path("sysfs_root", SYSFS_ROOT)
