@@ -2,9 +2,10 @@
 //!
 //! pghotd's work can wait; a program's request cannot. Beside MariaDB in the Debian rig (a
 //! program that cannot gain from placement) pghotd at the unit's SCHED_BATCH cost it about 2 %
-//! of its speed, and halving pghotd's CPU did not lower that; at SCHED_IDLE it cost about 0.6 %,
-//! with the same placement, and Redis kept its gain (BENCHMARKS.md, issue 18, "Half of pghotd's
-//! CPU beside MariaDB" and "pghotd at SCHED_IDLE by itself"). The kernel's side: a CPU running
+//! of its speed, and halving pghotd's CPU did not lower that; with its threads at SCHED_IDLE,
+//! next to nothing, with the same placement, and Redis kept its gain (BENCHMARKS.md, issue 18,
+//! "Half of pghotd's CPU beside MariaDB" and "pghotd at SCHED_IDLE by itself", which also has
+//! what `auto` measured there). The kernel's side: a CPU running
 //! only SCHED_IDLE tasks counts as idle when a waking task is placed (kernel/sched/fair.c
 //! `select_idle_sibling`, `sched_idle_cpu`), and a waking task preempts a SCHED_IDLE one at
 //! once (`check_preempt_wakeup_fair`).
@@ -16,10 +17,10 @@
 //! back to the policy it started with (the unit's SCHED_BATCH) while it waits too long to run:
 //! on each wake-up, at most once a second, a thread reads its own run-queue wait from
 //! `/proc/thread-self/schedstat` (fs/proc/base.c `proc_pid_schedstat`: time on the CPU, time
-//! waiting on a run queue, in ns, and the number of times it ran) and, if it waited more than
-//! [`STARVED_WAIT`] a run on average since its last look, raises itself for [`RAISE_HOLD`]
-//! (doubled each time it must be raised again at its first look after lowering, up to
-//! [`MAX_HOLD_DOUBLINGS`] times). The check costs no wake-up of its own: it runs where the
+//! waiting on a run queue, in ns, and the number of times it ran) and, if since its last look
+//! it waited more than [`STARVED_WAIT`] a run on average and [`STARVED_SHARE_PCT`] of the
+//! time, raises itself for [`RAISE_HOLD`] (doubled each time it must be raised again at its
+//! first look after lowering, up to [`MAX_HOLD_DOUBLINGS`] times). The check costs no wake-up of its own: it runs where the
 //! thread woke anyway or made progress ([`crate::heartbeat::beat`]).
 //!
 //! Only the threads that [`join`] (the sources', the per-CPU samplers' and the migrators',
