@@ -467,6 +467,8 @@ impl Joined {
     }
 }
 
+/// Kept open for one `pread` per look: the `procfs` crate's `Task::schedstat` opens and parses
+/// the file on each call, and nix 0.32 has no sched_setscheduler(2), hence `sys` below.
 fn open_schedstat() -> io::Result<File> {
     let file = std::fs::OpenOptions::new()
         .read(true)
