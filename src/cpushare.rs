@@ -409,11 +409,7 @@ pub fn step() {
 
 impl Joined {
     fn read(&self) -> Option<Schedstat> {
-        let file = self.schedstat.as_ref()?;
-        let mut buf = [0u8; 128];
-        let n = file.read_at(&mut buf, 0).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        Schedstat::parse(text).ok()
+        read_schedstat(self.schedstat.as_ref()?).ok()
     }
 
     fn step(&mut self, mut policy: CpuPolicy, now: Instant) {
@@ -483,12 +479,19 @@ fn open_schedstat() -> io::Result<File> {
     }
     // A kernel without CONFIG_SCHED_INFO has no such file; one whose line does not parse is
     // as good as none.
+    read_schedstat(&file)?;
+    Ok(file)
+}
+
+/// One reading from the open file: a `pread` at 0 makes the kernel print the line afresh
+/// (a seq_file read at another position than the last restarts it). At most 128 bytes: three
+/// 20-digit numbers and whatever a later kernel appends that fits.
+fn read_schedstat(file: &File) -> io::Result<Schedstat> {
     let mut buf = [0u8; 128];
     let n = file.read_at(&mut buf, 0)?;
     let text = std::str::from_utf8(&buf[..n])
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not text"))?;
-    Schedstat::parse(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    Ok(file)
+    Schedstat::parse(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 fn warn_once(message: &str) {
